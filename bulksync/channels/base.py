@@ -1,0 +1,102 @@
+"""The channel contract every state key and control channel implements.
+
+A channel holds one piece of graph state between supersteps. In a step the engine:
+
+1. calls ``update(values)`` once per channel with every value written to it in the step, in
+   task-path order (an empty list on a step that wrote nothing to it);
+2. calls ``consume()`` on channels a task was triggered by;
+3. calls ``finish()`` on every channel when the run would otherwise end.
+
+Each returns True when the channel's value changed, which bumps its version. A channel is
+rebuilt from stored data with ``from_checkpoint(checkpoint())``; the stored value must be
+serializable by ``bulksync.checkpoint.serde``. Instances made by the graph builder are
+templates: the engine never mutates them, it calls ``from_checkpoint`` to get live copies.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, Final, Generic, TypeVar
+
+from bulksync.errors import EmptyChannelError
+
+Value = TypeVar("Value")
+Update = TypeVar("Update")
+
+
+class _Missing:
+    """The type of ``MISSING``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+MISSING: Final = _Missing()
+"""Stands for "no value" where ``None`` is a valid value."""
+
+
+class BaseChannel(Generic[Value, Update], ABC):
+    """A versioned slot of graph state with a rule for combining a step's writes."""
+
+    __slots__ = ("key", "typ")
+
+    def __init__(self, typ: Any, key: str = "") -> None:
+        self.typ = typ
+        self.key = key
+
+    @abstractmethod
+    def from_checkpoint(self, checkpoint: Any) -> BaseChannel[Value, Update]:
+        """A new live channel holding ``checkpoint`` (``MISSING`` for an empty one)."""
+
+    def copy(self) -> BaseChannel[Value, Update]:
+        """An independent copy of this channel and its value."""
+        return self.from_checkpoint(self.checkpoint())
+
+    @abstractmethod
+    def checkpoint(self) -> Any:
+        """The value to store, or ``MISSING`` when the channel is empty."""
+
+    @abstractmethod
+    def get(self) -> Value:
+        """The current value.
+
+        Raises:
+            EmptyChannelError: when the channel holds no value.
+        """
+
+    def is_available(self) -> bool:
+        """Whether ``get`` would return a value."""
+        try:
+            self.get()
+        except EmptyChannelError:
+            return False
+        return True
+
+    @abstractmethod
+    def update(self, values: Sequence[Update]) -> bool:
+        """Apply one step's writes; True when the value changed.
+
+        Raises:
+            InvalidUpdateError: when the writes cannot be combined (e.g. two values for a
+                key that keeps only one).
+        """
+
+    def consume(self) -> bool:
+        """Mark the value as read by the task it triggered; True when that changed it."""
+        return False
+
+    def finish(self) -> bool:
+        """Called when the run would end; True when that changed the value."""
+        return False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(key={self.key!r})"
+
+
+__all__ = ["MISSING", "BaseChannel", "EmptyChannelError"]

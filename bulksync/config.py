@@ -1,0 +1,25 @@
+"""Access to the running node's config and custom stream (LangGraph's ``langgraph.config``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from bulksync.context import current_task, maybe_current_task
+
+
+def get_config() -> dict[str, Any]:
+    """The config of the node running now.
+
+    Raises:
+        RuntimeError: outside a running node.
+    """
+    return current_task().config
+
+
+def get_stream_writer() -> Callable[[Any], None]:
+    """A function that emits a ``custom`` stream chunk; a no-op outside a running node."""
+    ctx = maybe_current_task()
+    if ctx is None:
+        return lambda _chunk: None
+    return ctx.stream_writer

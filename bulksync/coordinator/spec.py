@@ -1,0 +1,83 @@
+"""What a compiled graph is to the engine: channels, nodes, and how node output becomes writes.
+
+The graph builder (``bulksync.graph``) produces a ``GraphSpec``; the pure core plans and
+applies steps over it, and an executor runs its nodes. Nothing here depends on where a node
+runs: a worker that loaded the same graph module rebuilds the same spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from bulksync.channels.base import BaseChannel
+from bulksync.types import RetryPolicy
+
+Write = tuple[str, Any]
+"""``(channel, value)`` produced by a task."""
+
+
+class ReadState(Protocol):
+    """Reads the step's state as a node's branch sees it: with the node's own writes applied."""
+
+    def __call__(self, select: Sequence[str] | str, fresh: bool = True) -> Any:
+        """Values of ``select`` (a dict, or one value for a str)."""
+
+
+class NodeWriter(Protocol):
+    """Turns a node's return value into channel writes (updates, edges, branches, gotos)."""
+
+    def __call__(self, output: Any, read: ReadState) -> list[Write]:
+        """The writes for ``output``, in order.
+
+        Raises:
+            InvalidUpdateError: for a key not in the state schema (naming node and key).
+            InvalidGraphError: for a goto/Send/branch target that is not a node.
+            ParentCommand: when the output is a ``Command(graph=Command.PARENT)``.
+        """
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """One node of a compiled graph.
+
+    ``run`` is the user's function wrapped to take just the input (it reads config and
+    stream writer from ``bulksync.context``); it may return an awaitable. A node that is a
+    compiled graph has ``subgraph`` set instead and is run as a nested loop by the engine.
+    """
+
+    name: str
+    triggers: tuple[str, ...]
+    channels: tuple[str, ...] | str
+    run: Callable[[Any], Any] | None
+    writer: NodeWriter
+    mapper: Callable[[Any], Any] | None = None
+    subgraph: Any = None
+    retry_policy: tuple[RetryPolicy, ...] = ()
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    queue: str | None = None
+    is_async: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GraphSpec:
+    """A compiled graph as the engine sees it.
+
+    ``channels`` are templates (see ``channels/base.py``). ``input_channels`` receives the
+    run input; ``output_channels`` is what ``invoke`` returns (a str: that one value);
+    ``stream_channels`` is what the ``values`` stream shows.
+    """
+
+    name: str
+    nodes: Mapping[str, NodeSpec]
+    channels: Mapping[str, BaseChannel[Any, Any]]
+    input_channels: str
+    output_channels: tuple[str, ...] | str
+    stream_channels: tuple[str, ...] | str
+    trigger_to_nodes: Mapping[str, tuple[str, ...]]
+    interrupt_before: tuple[str, ...] | str = ()
+    interrupt_after: tuple[str, ...] | str = ()
+    # The keys of the state schema, read by ``get_state`` to build ``values``.
+    state_keys: tuple[str, ...] = ()

@@ -1,0 +1,197 @@
+"""The values users put into graphs and get out of them (LangGraph's ``langgraph.types``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeVar
+
+from bulksync.context import current_task
+from bulksync.errors import GraphInterrupt
+from bulksync.ids import interrupt_id
+
+N = TypeVar("N", bound=Hashable)
+
+StreamMode = Literal["values", "updates", "custom", "debug", "tasks", "checkpoints", "messages"]
+"""How ``stream`` frames its output; see DESIGN.md §2."""
+
+Durability = Literal["sync", "async", "exit"]
+"""When checkpoints are written: before the next step (sync), overlapping it, or at exit."""
+
+All = Literal["*"]
+
+
+class Send:
+    """A message to run ``node`` once with ``arg`` as its input, in the next step (a PUSH task)."""
+
+    __slots__ = ("node", "arg")
+
+    def __init__(self, node: str, arg: Any) -> None:
+        self.node = node
+        self.arg = arg
+
+    def __hash__(self) -> int:
+        return hash((self.node, repr(self.arg)))
+
+    def __repr__(self) -> str:
+        return f"Send(node={self.node!r}, arg={self.arg!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Send) and (self.node, self.arg) == (other.node, other.arg)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Interrupt:
+    """A pause raised by ``interrupt(value)``; resume it with ``Command(resume=…)``."""
+
+    value: Any
+    id: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Overwrite:
+    """Replace a reducer key's value outright instead of reducing into it."""
+
+    value: Any
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Command(Generic[N]):
+    """Update state and choose the next nodes from a node, or resume a run as its input."""
+
+    graph: str | None = None
+    update: Any | None = None
+    resume: dict[str, Any] | Any | None = None
+    goto: Send | Sequence[Send | N] | N = ()
+
+    PARENT: ClassVar[Literal["__parent__"]] = "__parent__"
+
+    def update_items(self) -> list[tuple[str, Any]]:
+        """The update as ``(key, value)`` pairs, in the order given."""
+        return update_as_tuples(self.update)
+
+
+def update_as_tuples(update: Any) -> list[tuple[str, Any]]:
+    """Turn a ``Command.update`` (dict, pairs, dataclass or model) into key/value pairs."""
+    if update is None:
+        return []
+    if isinstance(update, dict):
+        return list(update.items())
+    if isinstance(update, (list, tuple)) and all(
+        isinstance(t, tuple) and len(t) == 2 and isinstance(t[0], str) for t in update
+    ):
+        return list(update)
+    if dataclasses.is_dataclass(update) and not isinstance(update, type):
+        return [(f.name, getattr(update, f.name)) for f in dataclasses.fields(update)]
+    fields = getattr(type(update), "model_fields", None)
+    if fields is not None:
+        return [(k, getattr(update, k)) for k in fields]
+    return [("__root__", update)]
+
+
+def default_retry_on(exc: Exception) -> bool:
+    """LangGraph's default: retry unknown and connection errors, not programming errors."""
+    if isinstance(exc, ConnectionError):
+        return True
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    name = type(exc).__name__
+    if name in ("HTTPStatusError", "HTTPError") and type(exc).__module__.split(".")[0] in (
+        "httpx",
+        "requests",
+    ):
+        return status is None or status >= 500
+    return not isinstance(
+        exc,
+        (
+            ValueError,
+            TypeError,
+            ArithmeticError,
+            ImportError,
+            LookupError,
+            NameError,
+            SyntaxError,
+            RuntimeError,
+            ReferenceError,
+            StopIteration,
+            StopAsyncIteration,
+            OSError,
+        ),
+    )
+
+
+class RetryPolicy(NamedTuple):
+    """How a failing node is retried; LangGraph's defaults."""
+
+    initial_interval: float = 0.5
+    backoff_factor: float = 2.0
+    max_interval: float = 128.0
+    max_attempts: int = 3
+    jitter: bool = True
+    retry_on: (
+        type[Exception] | Sequence[type[Exception]] | Callable[[Exception], bool]
+    ) = default_retry_on
+
+    def should_retry(self, exc: Exception) -> bool:
+        """Whether this policy covers ``exc``."""
+        on = self.retry_on
+        if isinstance(on, type):
+            return isinstance(exc, on)
+        if isinstance(on, Sequence):
+            return isinstance(exc, tuple(on))
+        return bool(on(exc))
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before attempt ``attempt + 1`` (``attempt`` counts from 1)."""
+        base = min(self.max_interval, self.initial_interval * self.backoff_factor ** (attempt - 1))
+        return base + (random.uniform(0, 1) if self.jitter else 0.0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PregelTask:
+    """A task as shown by ``get_state``: what runs next, and what it left behind."""
+
+    id: str
+    name: str
+    path: tuple[Any, ...]
+    error: Exception | None = None
+    interrupts: tuple[Interrupt, ...] = ()
+    state: Any = None
+    result: Any | None = None
+
+
+class StateSnapshot(NamedTuple):
+    """A thread's state at one checkpoint, as ``get_state`` returns it."""
+
+    values: dict[str, Any] | Any
+    next: tuple[str, ...]
+    config: dict[str, Any]
+    metadata: dict[str, Any] | None
+    created_at: str | None
+    parent_config: dict[str, Any] | None
+    tasks: tuple[PregelTask, ...]
+    interrupts: tuple[Interrupt, ...] = ()
+
+
+def interrupt(value: Any) -> Any:
+    """Pause the running node until a ``Command(resume=…)`` answers ``value``.
+
+    The node runs again from its start on resume; the n-th call to ``interrupt`` in it
+    returns the n-th answer.
+
+    Raises:
+        GraphInterrupt: when no answer is available yet (caught by the engine).
+        RuntimeError: when called outside a running node.
+    """
+    ctx = current_task()
+    pad = ctx.scratchpad
+    idx = pad.next_interrupt_index()
+    if idx < len(pad.resume):
+        ctx.record_resume(pad.resume[: idx + 1])
+        return pad.resume[idx]
+    answer = pad.take_null_resume()
+    if answer is not None:
+        pad.resume.append(answer)
+        ctx.record_resume(list(pad.resume))
+        return answer
+    raise GraphInterrupt((Interrupt(value=value, id=interrupt_id(pad.task_ns, len(pad.resume))),))
