@@ -84,13 +84,13 @@ class GraphInterrupt(GraphBubbleUp):
 class ParentCommand(GraphBubbleUp):
     """Raised when a node returns ``Command(graph=Command.PARENT)``; the parent applies it."""
 
-    def __init__(self, command: Command) -> None:
+    def __init__(self, command: Command[Any]) -> None:
         super().__init__(command)
 
     @property
-    def command(self) -> Command:
+    def command(self) -> Command[Any]:
         """The command to apply in the parent graph."""
-        value: Command = self.args[0]
+        value: Command[Any] = self.args[0]
         return value
 
 
