@@ -21,8 +21,11 @@ Write = tuple[str, Any]
 class ReadState(Protocol):
     """Reads the step's state as a node's branch sees it: with the node's own writes applied."""
 
-    def __call__(self, select: Sequence[str] | str, fresh: bool = True) -> Any:
-        """Values of ``select`` (a dict, or one value for a str)."""
+    def __call__(self, select: Sequence[str] | str, writes: Sequence[Write]) -> Any:
+        """Values of ``select`` after applying ``writes`` to a copy of the step's channels.
+
+        A dict of the available channels among ``select`` (one value for a str).
+        """
 
 
 class NodeWriter(Protocol):

@@ -1,0 +1,261 @@
+"""Reading and editing a thread's state between runs: ``get_state`` and ``update_state``.
+
+A snapshot re-plans the tasks of the step after a checkpoint (same ids as the run that
+will execute them) and reads their recorded writes: the *live* view (no ``checkpoint_id``)
+folds in what already finished; an addressed checkpoint shows the step as it began.
+``update_state`` applies values as if a node had returned them, through that node's writer,
+and commits a ``source="update"`` checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bulksync.channels.base import MISSING, BaseChannel
+from bulksync.checkpoint.base import CheckpointSaver, CheckpointTuple
+from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, END, INTERRUPT, NULL_TASK_ID, RETURN
+from bulksync.coordinator import stream
+from bulksync.coordinator.apply import (
+    TaskWrites,
+    Versions,
+    apply_writes,
+    create_checkpoint,
+    empty_checkpoint,
+    new_versions,
+)
+from bulksync.coordinator.executor import StepInput
+from bulksync.coordinator.options import checkpoint_metadata
+from bulksync.coordinator.plan import Task, prepare_next_tasks
+from bulksync.coordinator.spec import GraphSpec, Write
+from bulksync.coordinator.status import TaskStatus, read_task_statuses
+from bulksync.errors import InvalidUpdateError
+from bulksync.types import PregelTask, StateSnapshot
+
+Channels = dict[str, BaseChannel[Any, Any]]
+
+
+def load_channels(spec: GraphSpec, saved: CheckpointTuple) -> tuple[Channels, Versions]:
+    """Live channels and versions of a stored checkpoint, with its input writes applied."""
+    channels = {
+        k: t.from_checkpoint(saved.checkpoint.channel_values.get(k, MISSING))
+        for k, t in spec.channels.items()
+    }
+    versions = Versions.of(saved.checkpoint)
+    null_writes = [(c, v) for t, c, v in saved.pending_writes if t == NULL_TASK_ID]
+    if null_writes:
+        apply_writes(
+            versions, channels, [TaskWrites("__input__", (), null_writes)], spec.trigger_to_nodes
+        )
+    return channels, versions
+
+
+def plan_after(spec: GraphSpec, saved: CheckpointTuple, channels: Channels) -> dict[str, Task]:
+    """The tasks of the step after ``saved``."""
+    step = int(saved.metadata.get("step", -1)) + 1
+    ns = saved.config["configurable"].get(CHECKPOINT_NS, "")
+    return prepare_next_tasks(spec, saved.checkpoint, channels, step, ns)
+
+
+def snapshot(
+    spec: GraphSpec,
+    saved: CheckpointTuple | None,
+    config: Mapping[str, Any],
+    *,
+    live: bool,
+    task_states: Mapping[str, Any] | None = None,
+) -> StateSnapshot:
+    """The ``StateSnapshot`` of ``saved`` (an empty one when there is none)."""
+    if saved is None:
+        return StateSnapshot({}, (), dict(config), None, None, None, (), ())
+    channels, versions = load_channels(spec, saved)
+    tasks = plan_after(spec, saved, channels)
+    statuses = read_task_statuses(saved.pending_writes)
+    finished = {tid: s for tid, s in statuses.items() if tid in tasks and s.finished}
+    if live and finished:
+        apply_writes(
+            versions,
+            channels,
+            [TaskWrites(tasks[t].name, tasks[t].path, s.output, tasks[t].triggers)
+             for t, s in finished.items()],
+            spec.trigger_to_nodes,
+        )
+    keys = spec.stream_channels
+    shown = tuple(
+        pregel_task(t, statuses.get(t.id), keys, live, (task_states or {}).get(t.id))
+        for t in tasks.values()
+    )
+    return StateSnapshot(
+        values=stream.read_channels(channels, keys),
+        next=tuple(t.name for t in tasks.values() if not (live and t.id in finished)),
+        config=with_checkpoint_map(saved.config, saved.metadata) or dict(saved.config),
+        metadata=saved.metadata,
+        created_at=saved.checkpoint.ts,
+        parent_config=with_checkpoint_map(saved.parent_config, saved.metadata),
+        tasks=shown,
+        interrupts=tuple(i for t in shown for i in t.interrupts),
+    )
+
+
+def pregel_task(
+    task: Task, status: TaskStatus | None, keys: Any, live: bool, state: Any
+) -> PregelTask:
+    """How ``get_state`` shows one planned task."""
+    status = status or TaskStatus()
+    output = [(c, v) for c, v in status.output if c != RETURN]
+    result: Any = None
+    if status.finished:
+        if isinstance(keys, str):
+            result = stream.result_writes([w for w in output if w[0] == keys]).get(keys)
+        else:
+            result = stream.result_writes([w for w in output if w[0] in keys])
+    return PregelTask(
+        task.id,
+        task.name,
+        task.path,
+        status.error,
+        status.pending_interrupts if live else status.interrupts,
+        state,
+        result,
+    )
+
+
+def with_checkpoint_map(
+    config: Mapping[str, Any] | None, metadata: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The config as LangGraph shows it, naming the parent graphs' checkpoints."""
+    if config is None:
+        return None
+    parents = metadata.get("parents")
+    if not parents:
+        return dict(config)
+    conf = config["configurable"]
+    return {
+        **config,
+        "configurable": {
+            **conf,
+            "checkpoint_map": {**parents, conf.get(CHECKPOINT_NS, ""): conf.get(CHECKPOINT_ID)},
+        },
+    }
+
+
+def infer_as_node(spec: GraphSpec, saved: CheckpointTuple | None) -> str:
+    """The node an update without ``as_node`` is applied as (LangGraph's rule).
+
+    Raises:
+        InvalidUpdateError: when no single node last updated the state.
+    """
+    nodes = [n for n in spec.nodes if n != spec.input_channels]
+    if len(nodes) == 1:
+        return nodes[0]
+    seen = saved.checkpoint.versions_seen if saved else {}
+    if not any(v for vs in seen.values() for v in vs.values()):
+        return spec.input_channels
+    last = sorted((v, n) for n, vs in seen.items() if n in spec.nodes for v in vs.values())
+    if len(last) == 1 or (last and last[-1][0] != last[-2][0]):
+        return last[-1][1]
+    raise InvalidUpdateError("Ambiguous update, specify as_node")
+
+
+def update_state(
+    spec: GraphSpec,
+    saver: CheckpointSaver,
+    config: Mapping[str, Any],
+    values: Any,
+    as_node: str | None,
+) -> dict[str, Any]:
+    """Apply ``values`` as ``as_node``'s output and commit a new checkpoint; return its config.
+
+    Raises:
+        InvalidUpdateError: an unknown ``as_node``, or an ambiguous update.
+    """
+    saved = saver.get_tuple(config)
+    if saved is None:
+        ns = (config.get("configurable") or {}).get(CHECKPOINT_NS, "")
+        base_conf = {**config["configurable"], CHECKPOINT_NS: ns}
+        base_conf.pop(CHECKPOINT_ID, None)
+        saved = CheckpointTuple({"configurable": base_conf}, empty_checkpoint(), {"step": -2})
+    step = int(saved.metadata.get("step", -2)) + 1
+    if as_node == "__copy__":
+        return _commit(spec, saver, saved, saved.parent_config or _unaddressed(saved), None,
+                       "fork", step, None, config)
+    channels, versions = load_channels(spec, saved)
+    tasks = plan_after(spec, saved, channels)
+    if as_node == END and values is None:
+        done = [TaskWrites(t.name, t.path, (), t.triggers) for t in tasks.values()]
+        updated = apply_writes(versions, channels, done, spec.trigger_to_nodes)
+        return _commit(spec, saver, saved, saved.config, (channels, versions), "update", step,
+                       updated, config)
+    if as_node == "__input__":
+        done = [TaskWrites(t.name, t.path, (), t.triggers) for t in tasks.values()]
+        done.append(TaskWrites("__input__", (), [(spec.input_channels, values)]))
+        updated = apply_writes(versions, channels, done, spec.trigger_to_nodes)
+        return _commit(spec, saver, saved, saved.config, (channels, versions), "input", step,
+                       updated, config)
+    node_name = as_node if as_node is not None else infer_as_node(spec, saved)
+    if node_name not in spec.nodes:
+        raise InvalidUpdateError(
+            f"update_state(as_node={node_name!r}): node '{node_name}' does not exist; "
+            f"use one of {sorted(n for n in spec.nodes if not n.startswith('__'))}."
+        )
+    writes = node_writes(spec, node_name, values, saved)
+    planned = next((t for t in tasks.values() if t.name == node_name), None)
+    if planned is not None:
+        saver.put_writes(saved.config, writes, planned.id, stream.task_path_key(planned))
+    path = planned.path if planned else ("__pregel_pull", node_name)
+    updated = apply_writes(
+        versions, channels, [TaskWrites(node_name, path, writes, (INTERRUPT,))],
+        spec.trigger_to_nodes,
+    )
+    return _commit(spec, saver, saved, saved.config, (channels, versions), "update", step,
+                   updated, config)
+
+
+def node_writes(spec: GraphSpec, node: str, values: Any, saved: CheckpointTuple) -> list[Write]:
+    """What ``node``'s writer makes of ``values`` (updates, edges, branches)."""
+    from bulksync.context import NullResume
+    from bulksync.workers.execute import StateReader
+
+    step = StepInput(
+        channel_values=dict(saved.checkpoint.channel_values),
+        config={},
+        stop=0,
+        resume={},
+        resume_map=None,
+        null_resume=NullResume(),
+        sink=lambda ns, mode, chunk: None,
+        namespace=(),
+    )
+    return spec.nodes[node].writer(values, StateReader(spec, step))
+
+
+def _unaddressed(saved: CheckpointTuple) -> dict[str, Any]:
+    conf = dict(saved.config["configurable"])
+    conf.pop(CHECKPOINT_ID, None)
+    return {"configurable": conf}
+
+
+def _commit(
+    spec: GraphSpec,
+    saver: CheckpointSaver,
+    saved: CheckpointTuple,
+    parent: Mapping[str, Any],
+    state: tuple[Channels, Versions] | None,
+    source: str,
+    step: int,
+    updated: set[str] | None,
+    config: Mapping[str, Any],
+) -> dict[str, Any]:
+    if state is None:
+        checkpoint = create_checkpoint(
+            saved.checkpoint, None, Versions.of(saved.checkpoint), step,
+            saved.checkpoint.updated_channels,
+        )
+        changed = dict(saved.checkpoint.channel_versions)
+    else:
+        channels, versions = state
+        checkpoint = create_checkpoint(saved.checkpoint, channels, versions, step, updated)
+        changed = new_versions(saved.checkpoint.channel_versions, checkpoint.channel_versions)
+    parents = saved.metadata.get("parents") or {}
+    metadata = checkpoint_metadata(config, source, step, dict(parents))
+    return saver.put(parent, checkpoint, metadata, changed)

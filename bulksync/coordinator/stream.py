@@ -1,0 +1,160 @@
+"""The chunks a run streams, built from plain data (LangGraph's shapes, mode by mode).
+
+``values``: the output keys after a step; ``updates``: ``{node: update}`` per finished task;
+``tasks``: a task's start and result payloads; ``checkpoints``: the checkpoint a step plans
+from; ``debug``: the last three wrapped with ``step``/``timestamp``/``type``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from bulksync.channels.base import BaseChannel
+from bulksync.constants import ERROR, INTERRUPT, RETURN
+from bulksync.coordinator.plan import Task
+from bulksync.coordinator.spec import Write
+from bulksync.types import Interrupt
+
+Keys = Sequence[str] | str
+
+
+def read_channels(channels: Mapping[str, BaseChannel[Any, Any]], keys: Keys) -> Any:
+    """Values of ``keys`` that hold one (a single value for a str key; None if empty)."""
+    if isinstance(keys, str):
+        chan = channels.get(keys)
+        return chan.get() if chan is not None and chan.is_available() else None
+    return {k: channels[k].get() for k in keys if k in channels and channels[k].is_available()}
+
+
+def wrote_any(writes: Sequence[Write], keys: Keys) -> bool:
+    """Whether ``writes`` touch any of ``keys``."""
+    wanted = {keys} if isinstance(keys, str) else set(keys)
+    return any(chan in wanted for chan, _ in writes)
+
+
+def is_hidden(task: Task) -> bool:
+    """Tasks of hidden nodes (``__start__``) stream no updates."""
+    return task.name.startswith("__")
+
+
+def update_chunk(task: Task, writes: Sequence[Write], keys: Keys, *, cached: bool) -> Any:
+    """``{node: update}`` for one finished task (None when it wrote no output key)."""
+    if isinstance(keys, str):
+        values = [v for c, v in writes if c == keys]
+        update: Any = values[-1] if values else None
+    else:
+        pairs = [(c, v) for c, v in writes if c in keys]
+        counts = {c for c, _ in pairs}
+        if not pairs:
+            update = None
+        elif len(counts) < len(pairs):
+            update = [{c: v} for c, v in pairs]
+        else:
+            update = dict(pairs)
+    chunk: dict[str, Any] = {task.name: update}
+    if cached:
+        chunk["__metadata__"] = {"cached": True}
+    return chunk
+
+
+def task_start(task: Task, user_metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``tasks`` payload when a task starts."""
+    payload = {"id": task.id, "name": task.name, "input": task.input, "triggers": task.triggers}
+    if user_metadata:
+        payload["metadata"] = dict(user_metadata)
+    return payload
+
+
+def result_writes(writes: Sequence[Write]) -> dict[str, Any]:
+    """Fold writes into ``{channel: value}``, a channel written twice as ``{"$writes": [...]}``."""
+    result: dict[str, Any] = {}
+    for chan, value in writes:
+        if chan in result:
+            prev = result[chan]
+            many = prev["$writes"] if isinstance(prev, dict) and "$writes" in prev else [prev]
+            result[chan] = {"$writes": [*many, value]}
+        else:
+            result[chan] = value
+    return result
+
+
+def task_result(task: Task, writes: Sequence[Write], keys: Keys) -> dict[str, Any]:
+    """The ``tasks`` payload when a task finishes (writes include its control writes)."""
+    wanted = {keys} if isinstance(keys, str) else set(keys)
+    return {
+        "id": task.id,
+        "name": task.name,
+        "error": next((v for c, v in writes if c == ERROR), None),
+        "result": result_writes([(c, v) for c, v in writes if c in wanted or c == RETURN]),
+        "interrupts": [
+            dataclasses.asdict(i) for c, v in writes if c == INTERRUPT for i in _interrupts(v)
+        ],
+    }
+
+
+def _interrupts(value: Any) -> list[Interrupt]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def debug_event(kind: str, step: int, payload: Any) -> dict[str, Any]:
+    """Wrap a payload for the ``debug`` mode."""
+    return {
+        "step": step,
+        "timestamp": datetime.now(UTC).isoformat(),
+        "type": kind,
+        "payload": payload,
+    }
+
+
+def task_path_key(task: Task) -> str:
+    """The path a task's pending writes are sorted by."""
+    from bulksync.coordinator.plan import task_path_str
+
+    return task_path_str(task.path)
+
+
+def checkpoint_payload(
+    config: Mapping[str, Any],
+    parent_config: Mapping[str, Any] | None,
+    values: Any,
+    metadata: Mapping[str, Any],
+    tasks: Sequence[Task],
+    pending_writes: Sequence[tuple[str, str, Any]],
+    keys: Keys,
+) -> dict[str, Any]:
+    """The ``checkpoints`` payload for the checkpoint a step plans from."""
+    from bulksync.coordinator.status import read_task_statuses
+
+    statuses = read_task_statuses(w for w in pending_writes if w[0] in {t.id for t in tasks})
+    wanted = {keys} if isinstance(keys, str) else set(keys)
+    entries = []
+    for task in tasks:
+        status = statuses.get(task.id)
+        entry: dict[str, Any] = {"id": task.id, "name": task.name}
+        if status is not None and status.error is not None:
+            entry["error"] = status.error
+        else:
+            result = [(c, v) for c, v in (status.output if status else ()) if c in wanted]
+            if result:
+                entry["result"] = result_writes(result)
+            entry["interrupts"] = tuple(
+                dataclasses.asdict(i) for i in (status.interrupts if status else ())
+            )
+        entry["state"] = None
+        entries.append(entry)
+    return {
+        "config": _public_config(config),
+        "parent_config": _public_config(parent_config) if parent_config else None,
+        "values": values,
+        "metadata": dict(metadata),
+        "next": [t.name for t in tasks],
+        "tasks": entries,
+    }
+
+
+def _public_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    conf = config.get("configurable") or {}
+    return {"configurable": {k: v for k, v in conf.items() if not k.startswith("__")}}

@@ -1,0 +1,301 @@
+"""``CompiledStateGraph``: run a graph and read its threads, with LangGraph's interface.
+
+Every run drives one ``SuperstepLoop`` over an executor (in-process threads by default).
+The loop runs on its own thread and streams ``(namespace, mode, chunk)`` events through a
+queue, so ``custom`` chunks and subgraph events arrive while the step is still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any
+
+from bulksync.checkpoint.base import CheckpointSaver, config_thread
+from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, INTERRUPT, NS_END, NS_SEP
+from bulksync.context import maybe_current_task
+from bulksync.coordinator import state as thread_state
+from bulksync.coordinator.executor import Executor
+from bulksync.coordinator.loop import Outcome, SuperstepLoop
+from bulksync.coordinator.nested import invoke_nested
+from bulksync.coordinator.options import RunOptions, validate_recursion_limit
+from bulksync.coordinator.spec import GraphSpec
+from bulksync.errors import GraphInterrupt
+from bulksync.types import StateSnapshot
+from bulksync.workers.local import LocalExecutor
+
+_DONE = object()
+ALL_MODES = ("values", "updates", "custom", "debug", "tasks", "checkpoints", "messages")
+
+
+class CompiledStateGraph:
+    """A compiled ``StateGraph``: ``invoke``, ``stream``, ``get_state``, ``update_state``, …"""
+
+    def __init__(
+        self,
+        *,
+        builder: Any,
+        spec: GraphSpec,
+        checkpointer: CheckpointSaver | bool | None = None,
+        debug: bool = False,
+        name: str = "LangGraph",
+        executor: Executor | None = None,
+    ) -> None:
+        self.builder = builder
+        self.spec = spec
+        self.checkpointer = checkpointer
+        self.debug = debug
+        self.name = name
+        self.executor: Executor = executor or LocalExecutor()
+        self.interrupt_before = spec.interrupt_before
+        self.interrupt_after = spec.interrupt_after
+
+    @property
+    def saver(self) -> CheckpointSaver | None:
+        """The saver of a root run (``True``/``False`` only mean something for subgraphs)."""
+        cp = self.checkpointer
+        return None if cp is None or isinstance(cp, bool) else cp
+
+    def with_executor(self, executor: Executor) -> CompiledStateGraph:
+        """The same graph, run by ``executor`` (e.g. a cluster executor)."""
+        return CompiledStateGraph(
+            builder=self.builder,
+            spec=self.spec,
+            checkpointer=self.checkpointer,
+            debug=self.debug,
+            name=self.name,
+            executor=executor,
+        )
+
+    # -- running ----------------------------------------------------------------------
+
+    def invoke(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        stream_mode: str = "values",
+        output_keys: Sequence[str] | str | None = None,
+        interrupt_before: Sequence[str] | str | None = None,
+        interrupt_after: Sequence[str] | str | None = None,
+        durability: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run to the end (or a pause) and return the output values."""
+        ctx = maybe_current_task()
+        if ctx is not None and ctx.parent is not None:
+            outcome: Outcome = invoke_nested(self, input, ctx)
+            return outcome.output
+        kw = dict(
+            output_keys=output_keys if output_keys is not None else self.spec.output_channels,
+            interrupt_before=interrupt_before,
+            interrupt_after=interrupt_after,
+            durability=durability,
+            **kwargs,
+        )
+        if stream_mode != "values":
+            return list(self.stream(input, config, stream_mode=stream_mode, **kw))
+        latest: Any = None
+        interrupts: list[Any] = []
+        for mode, chunk in self.stream(input, config, stream_mode=["updates", "values"], **kw):
+            if mode == "updates" and isinstance(chunk, dict) and INTERRUPT in chunk:
+                interrupts.extend(chunk[INTERRUPT])
+            elif mode == "values":
+                latest = chunk
+        if not interrupts:
+            return latest
+        if isinstance(latest, dict):
+            return {**latest, INTERRUPT: interrupts}
+        return {INTERRUPT: interrupts}
+
+    def stream(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        stream_mode: str | Sequence[str] | None = None,
+        output_keys: Sequence[str] | str | None = None,
+        interrupt_before: Sequence[str] | str | None = None,
+        interrupt_after: Sequence[str] | str | None = None,
+        durability: str | None = None,
+        subgraphs: bool = False,
+        debug: bool | None = None,
+        **kwargs: Any,
+    ) -> Iterator[Any]:
+        """Run and yield chunks as LangGraph frames them (see DESIGN.md §2)."""
+        single = isinstance(stream_mode, str) or stream_mode is None
+        if isinstance(stream_mode, str) or stream_mode is None:
+            modes: list[str] = [stream_mode or "updates"]
+        else:
+            modes = list(stream_mode)
+        if debug or (debug is None and self.debug):
+            modes = [*modes, "debug"] if "debug" not in modes else modes
+        for mode in modes:
+            if mode not in ALL_MODES:
+                raise ValueError(f"Unknown stream_mode {mode!r}; use one of {ALL_MODES}.")
+        config = self._run_config(config)
+        options = RunOptions(
+            config=config,
+            recursion_limit=validate_recursion_limit(config["recursion_limit"]),
+            durability=durability or "async",
+            interrupt_before=interrupt_before
+            if interrupt_before is not None
+            else self.interrupt_before,
+            interrupt_after=interrupt_after if interrupt_after is not None else self.interrupt_after,
+            output_keys=output_keys if output_keys is not None else self.spec.stream_channels,
+            modes=frozenset(modes),
+        )
+        events: queue.Queue[Any] = queue.Queue()
+        loop = SuperstepLoop(
+            self.spec,
+            input,
+            saver=self.saver,
+            executor=self.executor,
+            options=options,
+            sink=lambda ns, mode, chunk: events.put((ns, mode, chunk)),
+        )
+
+        def body() -> None:
+            try:
+                loop.run()
+                events.put(_DONE)
+            except BaseException as exc:
+                events.put(exc)
+
+        threading.Thread(target=body, name=f"bulksync-run-{self.name}", daemon=True).start()
+        one_mode = single and len(modes) == 1
+        while True:
+            item = events.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            ns, mode, chunk = item
+            if (ns and not subgraphs) or mode not in modes:
+                continue
+            if subgraphs:
+                yield (ns, chunk) if one_mode else (ns, mode, chunk)
+            else:
+                yield chunk if one_mode else (mode, chunk)
+
+    async def ainvoke(self, input: Any, config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+        """``invoke`` for async callers (async nodes run on the executor's threads)."""
+        return await asyncio.to_thread(self.invoke, input, config, **kw)
+
+    async def astream(
+        self, input: Any, config: Mapping[str, Any] | None = None, **kw: Any
+    ) -> AsyncIterator[Any]:
+        """``stream`` for async callers."""
+        it = iter(self.stream(input, config, **kw))
+        while True:
+            chunk = await asyncio.to_thread(next, it, _DONE)
+            if chunk is _DONE:
+                return
+            yield chunk
+
+    def _run_config(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
+        merged: dict[str, Any] = dict(config or {})
+        merged.setdefault("recursion_limit", _default_recursion_limit())
+        merged["configurable"] = dict(merged.get("configurable") or {})
+        merged["metadata"] = dict(merged.get("metadata") or {})
+        if self.saver is not None:
+            config_thread(merged)
+        return merged
+
+    # -- thread state -------------------------------------------------------------------
+
+    def _require_saver(self) -> CheckpointSaver:
+        if self.saver is None:
+            raise ValueError("No checkpointer set: compile the graph with checkpointer=...")
+        return self.saver
+
+    def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> StateSnapshot:
+        """The thread's current state (or at ``checkpoint_id``), with its next tasks."""
+        saver = self._require_saver()
+        conf = config.get("configurable") or {}
+        sub = self._subgraph_for(conf.get(CHECKPOINT_NS, ""))
+        if sub is not None:
+            return sub.get_state_at(saver, config, subgraphs=subgraphs)
+        return self.get_state_at(saver, config, subgraphs=subgraphs)
+
+    def get_state_at(
+        self, saver: CheckpointSaver, config: Mapping[str, Any], *, subgraphs: bool
+    ) -> StateSnapshot:
+        """``get_state`` against an explicit saver (a subgraph reads its parent's)."""
+        saved = saver.get_tuple(config)
+        live = not (config.get("configurable") or {}).get(CHECKPOINT_ID)
+        states = self._task_states(saver, saved, subgraphs) if saved is not None else None
+        return thread_state.snapshot(self.spec, saved, config, live=live, task_states=states)
+
+    def _task_states(self, saver: CheckpointSaver, saved: Any, recurse: bool) -> dict[str, Any]:
+        channels, _ = thread_state.load_channels(self.spec, saved)
+        tasks = thread_state.plan_after(self.spec, saved, channels)
+        thread = saved.config["configurable"].get("thread_id")
+        states: dict[str, Any] = {}
+        for task in tasks.values():
+            node = self.spec.nodes[task.name]
+            if node.subgraph is None:
+                continue
+            sub_config = {"configurable": {"thread_id": thread, CHECKPOINT_NS: task.checkpoint_ns}}
+            states[task.id] = (
+                node.subgraph.get_state_at(saver, sub_config, subgraphs=True)
+                if recurse
+                else sub_config
+            )
+        return states
+
+    def _subgraph_for(self, ns: str) -> CompiledStateGraph | None:
+        if not ns:
+            return None
+        graph: CompiledStateGraph = self
+        for part in ns.split(NS_SEP):
+            name = part.split(NS_END)[0]
+            node = graph.spec.nodes.get(name)
+            if node is None or node.subgraph is None:
+                raise ValueError(f"checkpoint_ns {ns!r}: no subgraph node '{name}'.")
+            graph = node.subgraph
+        return graph
+
+    def get_state_history(
+        self,
+        config: Mapping[str, Any],
+        *,
+        filter: Mapping[str, Any] | None = None,
+        before: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+    ) -> Iterator[StateSnapshot]:
+        """The thread's checkpoints, newest first, as snapshots."""
+        saver = self._require_saver()
+        conf = dict(config.get("configurable") or {})
+        conf.setdefault(CHECKPOINT_NS, "")
+        for saved in saver.list({"configurable": conf}, filter=filter, before=before, limit=limit):
+            yield thread_state.snapshot(self.spec, saved, saved.config, live=False)
+
+    def update_state(
+        self,
+        config: Mapping[str, Any],
+        values: Any,
+        as_node: str | None = None,
+        task_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Apply ``values`` as if ``as_node`` returned them; return the new checkpoint's config."""
+        saver = self._require_saver()
+        return thread_state.update_state(self.spec, saver, config, values, as_node)
+
+    def get_graph(self, config: Mapping[str, Any] | None = None, *, xray: bool = False) -> Any:
+        """The graph's drawable structure (``.draw_mermaid()``)."""
+        from bulksync.graph.state import builder_drawable
+
+        return builder_drawable(self.builder, self.spec)
+
+
+def _default_recursion_limit() -> int:
+    import os
+
+    value = os.environ.get("LANGGRAPH_DEFAULT_RECURSION_LIMIT")
+    return int(value) if value else 10007
+
+
+__all__ = ["CompiledStateGraph", "GraphInterrupt"]
