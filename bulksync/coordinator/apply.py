@@ -9,6 +9,7 @@ changes gets the same new version.
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -69,7 +70,7 @@ def apply_writes(
         for chan in task.triggers:
             if chan in current:
                 seen[chan] = current[chan]
-    next_version = max(current.values(), default=0) + 1
+    next_version = next_channel_version(max(current.values(), default=0))
     # Consuming a trigger bumps its version but does not count as an update.
     for chan in {c for t in ordered for c in t.triggers if c != PUSH}:
         if chan in channels and channels[chan].consume():
@@ -103,6 +104,20 @@ def apply_writes(
             if channel.finish():
                 bump(chan)
     return updated
+
+
+VERSION_RANDOM_BITS = 20
+
+
+def next_channel_version(current: int) -> int:
+    """A version above ``current``, unique per branch of a thread.
+
+    The high bits count steps, so versions only grow; the low bits are random, so a fork
+    (replay, ``update_state`` on an old checkpoint) never reuses a version number that the
+    other branch stored with a different value. Values never depend on these numbers.
+    """
+    counter = (current >> VERSION_RANDOM_BITS) + 1
+    return (counter << VERSION_RANDOM_BITS) | secrets.randbits(VERSION_RANDOM_BITS)
 
 
 def _update(channel: BaseChannel[Any, Any], key: str, values: list[Any], nodes: list[str]) -> bool:

@@ -223,10 +223,18 @@ class SuperstepLoop:
             raise EmptyInputError("Received empty Command input: set update, goto or resume.")
         return writes
 
+    def _current(self) -> Checkpoint:
+        """The checkpoint with the versions as they are now (input writes applied)."""
+        return dataclasses.replace(
+            self.checkpoint,
+            channel_versions=self.versions.channel_versions,
+            versions_seen=self.versions.versions_seen,
+        )
+
     def _apply_input(self, value: Any) -> None:
         discard = prepare_next_tasks(
             self.spec,
-            self.checkpoint,
+            self._current(),
             self.channels,
             self.step,
             self.checkpoint_ns,
@@ -309,7 +317,7 @@ class SuperstepLoop:
             return False
         self.tasks = prepare_next_tasks(
             self.spec,
-            self.checkpoint,
+            self._current(),
             self.channels,
             self.step,
             self.checkpoint_ns,
@@ -326,7 +334,7 @@ class SuperstepLoop:
                 if status.finished:
                     self.task_writes[tid] = list(status.output)
         before = self.options.interrupt_before
-        if before and should_interrupt(self.checkpoint, before, self.tasks.values()):
+        if before and should_interrupt(self._current(), before, self.tasks.values()):
             self.status = "interrupt_before"
             raise GraphInterrupt()
         for task in self.tasks.values():
