@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from bulksync.context import current_task, maybe_current_task
+from bulksync.context import current_task
 
 
 def get_config() -> dict[str, Any]:
@@ -18,8 +18,9 @@ def get_config() -> dict[str, Any]:
 
 
 def get_stream_writer() -> Callable[[Any], None]:
-    """A function that emits a ``custom`` stream chunk; a no-op outside a running node."""
-    ctx = maybe_current_task()
-    if ctx is None:
-        return lambda _chunk: None
-    return ctx.stream_writer
+    """A function that emits a ``custom`` stream chunk from the node running now.
+
+    Raises:
+        RuntimeError: outside a running node.
+    """
+    return current_task().stream_writer

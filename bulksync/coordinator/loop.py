@@ -116,6 +116,8 @@ class SuperstepLoop:
         conf = dict(self.options.config.get("configurable") or {})
         self.thread_id = conf.get(THREAD_ID)
         self.addressed = bool(conf.get(CHECKPOINT_ID)) and self.nesting is None
+        # An addressed checkpoint the thread has moved past: its finished tasks run again.
+        self.superseded = False
         saved = None
         if self.saver is not None:
             config_thread(self.options.config)  # a saver needs a thread id
@@ -123,6 +125,10 @@ class SuperstepLoop:
             if self.nesting is not None:
                 lookup.pop(CHECKPOINT_ID, None)
             saved = self.saver.get_tuple({"configurable": lookup})
+            if self.addressed and saved is not None:
+                head_conf = {k: v for k, v in lookup.items() if k != CHECKPOINT_ID}
+                head = self.saver.get_tuple({"configurable": head_conf})
+                self.superseded = head is not None and head.checkpoint.id != saved.checkpoint.id
         self.checkpoint_config: dict[str, Any] = {
             "configurable": {THREAD_ID: self.thread_id, CHECKPOINT_NS: self.checkpoint_ns}
         }
@@ -162,13 +168,13 @@ class SuperstepLoop:
             self.is_resuming = has_state and (self.input is None or is_command)
         resuming_cmd = is_command and self.input.resume is not None
         time_travel = self.addressed and not resuming_cmd
-        self.is_replaying = time_travel
+        self.is_replaying = time_travel or self.superseded
         if time_travel:
             self.pending_writes = [w for w in self.pending_writes if w[1] != RESUME]
         forks = (
             self.is_resuming
             and time_travel
-            and self.metadata.get("source") not in ("update", "fork")
+            and (self.metadata.get("source") not in ("update", "fork") or self.superseded)
         )
         carried: list[PendingWrite] = []
         if is_command:
@@ -338,7 +344,8 @@ class SuperstepLoop:
             self.status = "interrupt_before"
             raise GraphInterrupt()
         for task in self.tasks.values():
-            self._emit("tasks", stream.task_start(task, self.options.user_metadata))
+            if not stream.is_hidden(task):
+                self._emit("tasks", stream.task_start(task, self.options.user_metadata))
         for tid, writes in self.task_writes.items():
             self._emit_update(self.tasks[tid], writes, cached=True)
         return True
@@ -403,21 +410,25 @@ class SuperstepLoop:
             if isinstance(result.error, ParentCommand):
                 return result.error
             self._put_writes(task.id, path, [(ERROR, result.error)])
-            self._emit("tasks", stream.task_result(task, [(ERROR, result.error)], self._keys))
+            self._emit_result(task, [(ERROR, result.error)])
             return result.error
         if result.interrupts:
             writes: list[Write] = [(INTERRUPT, list(result.interrupts)), *result.writes]
             self._put_writes(task.id, path, writes)
             self.interrupts.extend(result.interrupts)
             self._emit_interrupts(result.interrupts)
-            self._emit("tasks", stream.task_result(task, writes, self._keys))
+            self._emit_result(task, writes)
             return None
         writes = list(result.writes) or [(NO_WRITES, None)]
         self._put_writes(task.id, path, writes)
         self.task_writes[task.id] = [w for w in writes if w[0] not in (RESUME,)]
         self._emit_update(task, self.task_writes[task.id], cached=False)
-        self._emit("tasks", stream.task_result(task, writes, self._keys))
+        self._emit_result(task, writes)
         return None
+
+    def _emit_result(self, task: Task, writes: Sequence[Write]) -> None:
+        if not stream.is_hidden(task):
+            self._emit("tasks", stream.task_result(task, writes, self._keys))
 
     def after_tick(self) -> None:
         """Apply the step's writes in task-path order and commit the checkpoint."""
@@ -492,7 +503,8 @@ class SuperstepLoop:
             self.saver.put_writes(self.checkpoint_config, writes, tid, path)
 
     def _interrupted(self, exc: GraphInterrupt) -> Outcome:
-        if self.task_writes:
+        # Tasks that finished before the pause: show the state with their writes applied.
+        if self.pending_writes and self.task_writes:
             done = [
                 TaskWrites(t.name, t.path, self.task_writes[t.id], t.triggers)
                 for t in self.tasks.values()

@@ -14,6 +14,7 @@ from typing import Any
 
 from bulksync.channels.base import MISSING, BaseChannel
 from bulksync.checkpoint.base import CheckpointSaver, CheckpointTuple
+from bulksync.checkpoint.serde import StoredError
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, END, INTERRUPT, NULL_TASK_ID, RETURN
 from bulksync.coordinator import stream
 from bulksync.coordinator.apply import (
@@ -109,11 +110,13 @@ def pregel_task(
             result = stream.result_writes([w for w in output if w[0] == keys]).get(keys)
         else:
             result = stream.result_writes([w for w in output if w[0] in keys])
+    # A stored error reads back as its repr, as LangGraph's serializer gives it.
+    error = repr(status.error) if isinstance(status.error, StoredError) else status.error
     return PregelTask(
         task.id,
         task.name,
         task.path,
-        status.error,
+        error,
         status.pending_interrupts if live else status.interrupts,
         state,
         result,
@@ -187,8 +190,8 @@ def update_state(
         return _commit(spec, saver, saved, saved.config, (channels, versions), "update", step,
                        updated, config)
     if as_node == "__input__":
-        done = [TaskWrites(t.name, t.path, (), t.triggers) for t in tasks.values()]
-        done.append(TaskWrites("__input__", (), [(spec.input_channels, values)]))
+        # Pending tasks stay scheduled: the input runs beside them in the next step.
+        done = [TaskWrites("__input__", (), [(spec.input_channels, values)])]
         updated = apply_writes(versions, channels, done, spec.trigger_to_nodes)
         return _commit(spec, saver, saved, saved.config, (channels, versions), "input", step,
                        updated, config)

@@ -270,8 +270,9 @@ class CompiledStateGraph:
         saver = self._require_saver()
         conf = dict(config.get("configurable") or {})
         conf.setdefault(CHECKPOINT_NS, "")
+        graph = self._subgraph_for(conf[CHECKPOINT_NS]) or self
         for saved in saver.list({"configurable": conf}, filter=filter, before=before, limit=limit):
-            yield thread_state.snapshot(self.spec, saved, saved.config, live=False)
+            yield thread_state.snapshot(graph.spec, saved, saved.config, live=False)
 
     def update_state(
         self,

@@ -1,0 +1,44 @@
+"""Conformance: the same scenario runs on LangGraph and on bulksync; the observations must match.
+
+Method: a scenario is a plain function ``scenario(impl) -> observation``. It builds graphs with
+the names on ``impl`` (``impl.StateGraph``, ``impl.Send``, ``impl.compile(builder, …)``, …), runs
+them, and returns JSON-like data: final states, lists of stream chunks, ``get_state().next``,
+interrupts, history lengths, errors (as exception objects, via ``harness.attempt`` and
+``harness.collect``). The harness runs it once on LangGraph (the reference, cached per scenario)
+and once per bulksync flavour, normalises ids in both (``normalize.py``) and asserts equality.
+The comparison is the assertion: scenarios state no expected values of their own.
+
+Adding a scenario: write ``def my_case(impl: Impl) -> Any`` in the ``test_<topic>.py`` file of
+its topic, then ``def test_my_case(conform: Conform) -> None: conform(my_case)``. Keep it fast
+(< 1 s), deterministic on LangGraph (force the finishing order of parallel tasks with
+``ordering.FinishOrder``, never observe anything else timing dependent) and observe plain
+data only.
+
+Flavours: ``impls.DEFAULT_FLAVOURS``; set ``CONFORMANCE_FLAVOURS=langgraph`` to self-check the
+scenarios against LangGraph alone, or list several (``bulksync,bulksync-celery``) once they exist.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from .harness import Conform, Scenario
+from .harness import conform as run_conform
+from .impls import flavours
+
+
+@pytest.fixture(params=flavours())
+def flavour(request: pytest.FixtureRequest) -> str:
+    """The name of the implementation compared against LangGraph in this test."""
+    name: str = request.param
+    return name
+
+
+@pytest.fixture
+def conform(flavour: str) -> Conform:
+    """Compare a scenario's observation on `flavour` with LangGraph's."""
+
+    def check(scenario: Scenario) -> None:
+        run_conform(scenario, flavour)
+
+    return check

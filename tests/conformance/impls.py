@@ -1,0 +1,110 @@
+"""The implementations a conformance scenario can run on, each behind one `Impl` namespace.
+
+LangGraph is the reference. bulksync mirrors LangGraph module for module, so both are loaded
+the same way; bulksync is imported only when its `Impl` is built, so a missing bulksync name
+fails the bulksync side of a test and nothing else. A "flavour" is a named way to run bulksync
+(today: in-process; later e.g. the same graph through a Celery executor); a new flavour is a new
+entry in `LOADERS` whose `Impl.compiler` swaps how graphs are compiled or executed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+REFERENCE = "langgraph"
+"""The implementation whose observations are the expected values."""
+
+DEFAULT_FLAVOURS = ("bulksync",)
+"""The implementations compared against the reference when nothing else is asked for."""
+
+FLAVOURS_ENV = "CONFORMANCE_FLAVOURS"
+"""Comma-separated flavour names overriding `DEFAULT_FLAVOURS` (e.g. `langgraph` to self-check)."""
+
+
+@dataclass(frozen=True)
+class Impl:
+    """Everything a scenario needs from one implementation, named as in LangGraph."""
+
+    name: str
+    StateGraph: Any
+    START: str
+    END: str
+    MessagesState: Any
+    add_messages: Any
+    Send: Any
+    Command: Any
+    interrupt: Callable[..., Any]
+    Interrupt: Any
+    RetryPolicy: Any
+    Overwrite: Any
+    errors: ModuleType
+    get_stream_writer: Callable[[], Callable[[Any], None]]
+    InMemorySaver: Any
+    compiler: Callable[..., Any] | None = None
+
+    def compile(self, builder: Any, **kw: Any) -> Any:
+        """Compile `builder` the way this flavour runs graphs (default: `builder.compile`)."""
+        if self.compiler is not None:
+            return self.compiler(builder, **kw)
+        return builder.compile(**kw)
+
+    def saver(self) -> Any:
+        """A fresh in-memory checkpointer of this implementation."""
+        return self.InMemorySaver()
+
+
+def _load(pkg: str, name: str) -> Impl:
+    """Build the `Impl` of package `pkg`, whose modules mirror LangGraph's."""
+    graph = importlib.import_module(f"{pkg}.graph")
+    types = importlib.import_module(f"{pkg}.types")
+    config = importlib.import_module(f"{pkg}.config")
+    memory = importlib.import_module(f"{pkg}.checkpoint.memory")
+    return Impl(
+        name=name,
+        StateGraph=graph.StateGraph,
+        START=graph.START,
+        END=graph.END,
+        MessagesState=graph.MessagesState,
+        add_messages=graph.add_messages,
+        Send=types.Send,
+        Command=types.Command,
+        interrupt=types.interrupt,
+        Interrupt=types.Interrupt,
+        RetryPolicy=types.RetryPolicy,
+        Overwrite=types.Overwrite,
+        errors=importlib.import_module(f"{pkg}.errors"),
+        get_stream_writer=config.get_stream_writer,
+        InMemorySaver=memory.InMemorySaver,
+    )
+
+
+LOADERS: dict[str, Callable[[], Impl]] = {
+    "langgraph": lambda: _load("langgraph", "langgraph"),
+    "bulksync": lambda: _load("bulksync", "bulksync"),
+}
+"""How to build each implementation, by flavour name; called lazily, once per test session."""
+
+
+def flavours() -> list[str]:
+    """The flavour names to compare against the reference in this session."""
+    raw = os.environ.get(FLAVOURS_ENV, "")
+    names = [n.strip() for n in raw.split(",") if n.strip()] or list(DEFAULT_FLAVOURS)
+    unknown = [n for n in names if n not in LOADERS]
+    if unknown:
+        raise ValueError(f"{FLAVOURS_ENV} names unknown flavours {unknown}; known: {list(LOADERS)}")
+    return names
+
+
+_CACHE: dict[str, Impl] = {}
+
+
+def load_impl(name: str) -> Impl:
+    """The `Impl` for flavour `name`, built on first use."""
+    if name not in _CACHE:
+        _CACHE[name] = LOADERS[name]()
+    return _CACHE[name]

@@ -1,0 +1,406 @@
+"""Human in the loop: interrupt()/resume, breakpoints, update_state, state views."""
+
+from __future__ import annotations
+
+import operator
+import threading
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+from .harness import Conform, attempt
+from .impls import Impl
+from .ordering import FinishOrder
+
+pytestmark = pytest.mark.conformance
+
+
+class State(TypedDict):
+    log: Annotated[list[str], operator.add]
+    answer: str
+
+
+def _cfg(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+def _snapshot(snap: Any) -> dict[str, Any]:
+    """The parts of a StateSnapshot a user relies on."""
+    return {
+        "values": snap.values,
+        "next": snap.next,
+        "interrupts": snap.interrupts,
+        "tasks": [(t.name, t.interrupts, t.error) for t in snap.tasks],
+        "source": snap.metadata["source"] if snap.metadata else None,
+        "step": snap.metadata["step"] if snap.metadata else None,
+    }
+
+
+class Calls:
+    """Records node calls in order, thread-safely."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.lock = threading.Lock()
+
+    def add(self, name: str) -> None:
+        """Record one call of `name`."""
+        with self.lock:
+            self.names.append(name)
+
+
+def single_interrupt_resume(impl: Impl) -> Any:
+    calls = Calls()
+
+    def ask(state: State) -> dict[str, Any]:
+        calls.add("ask")
+        reply = impl.interrupt({"question": "name?", "seen": len(state["log"])})
+        return {"answer": reply, "log": [f"asked got {reply}"]}
+
+    b = impl.StateGraph(State)
+    b.add_node("ask", ask)
+    b.add_node("greet", lambda s: {"log": [f"hello {s['answer']}"]})
+    b.add_edge(impl.START, "ask")
+    b.add_edge("ask", "greet")
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = _cfg("one")
+    first = g.invoke({"log": ["in"]}, cfg)
+    paused = _snapshot(g.get_state(cfg))
+    resumed = list(g.stream(impl.Command(resume="Ada"), cfg, stream_mode="updates"))
+    return {
+        "first": first,
+        "paused": paused,
+        "resumed": resumed,
+        "final": _snapshot(g.get_state(cfg)),
+        "calls": calls.names,
+    }
+
+
+def test_single_interrupt_resume(conform: Conform) -> None:
+    conform(single_interrupt_resume)
+
+
+def sequential_interrupts_one_node(impl: Impl) -> Any:
+    calls = Calls()
+
+    def form(state: State) -> dict[str, Any]:
+        calls.add("form")
+        first = impl.interrupt("first?")
+        second = impl.interrupt(f"second after {first}?")
+        third = impl.interrupt("third?")
+        return {"answer": f"{first}/{second}/{third}"}
+
+    b = impl.StateGraph(State)
+    b.add_node("form", form)
+    b.add_edge(impl.START, "form")
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = _cfg("seq")
+    steps = [g.invoke({"log": []}, cfg)]
+    for reply in ("x", "y", "z"):
+        steps.append(g.invoke(impl.Command(resume=reply), cfg))
+    return {
+        "steps": steps,
+        "calls": calls.names,
+        "history": len(list(g.get_state_history(cfg))),
+    }
+
+
+def test_sequential_interrupts_one_node(conform: Conform) -> None:
+    conform(sequential_interrupts_one_node)
+
+
+def _two_askers(impl: Impl, calls: Calls) -> Any:
+    """START → left and right in parallel, both interrupting; then join."""
+
+    def asker(name: str) -> Any:
+        def node(state: State) -> dict[str, Any]:
+            calls.add(name)
+            return {"log": [f"{name}={impl.interrupt(f'{name}?')}"]}
+
+        return node
+
+    b = impl.StateGraph(State)
+    b.add_node("left", asker("left"))
+    b.add_node("right", asker("right"))
+    b.add_node("join", lambda s: {"answer": ",".join(s["log"])})
+    b.add_edge(impl.START, "left")
+    b.add_edge(impl.START, "right")
+    b.add_edge(["left", "right"], "join")
+    return impl.compile(b, checkpointer=impl.saver())
+
+
+def parallel_interrupts_resume_map(impl: Impl) -> Any:
+    calls = Calls()
+    g = _two_askers(impl, calls)
+    cfg = _cfg("par")
+    first = g.invoke({"log": []}, cfg)
+    pending = {i.value: i.id for i in g.get_state(cfg).interrupts}
+    only_right = g.invoke(impl.Command(resume={pending["right?"]: "R"}), cfg)
+    after_one = _snapshot(g.get_state(cfg))
+    rest = g.invoke(impl.Command(resume={pending["left?"]: "L"}), cfg)
+    return {
+        "first": first,
+        "pending_values": sorted(pending),
+        "only_right": only_right,
+        "after_one": after_one,
+        "rest": rest,
+        "calls": sorted(calls.names),
+    }
+
+
+def test_parallel_interrupts_resume_map(conform: Conform) -> None:
+    conform(parallel_interrupts_resume_map)
+
+
+def parallel_interrupts_resume_all_at_once(impl: Impl) -> Any:
+    calls = Calls()
+    g = _two_askers(impl, calls)
+    cfg = _cfg("all")
+    g.invoke({"log": []}, cfg)
+    answers = {i.id: i.value.upper() for i in g.get_state(cfg).interrupts}
+    return {"final": g.invoke(impl.Command(resume=answers), cfg), "calls": sorted(calls.names)}
+
+
+def test_parallel_interrupts_resume_all_at_once(conform: Conform) -> None:
+    conform(parallel_interrupts_resume_all_at_once)
+
+
+def single_resume_with_many_pending(impl: Impl) -> Any:
+    calls = Calls()
+    g = _two_askers(impl, calls)
+    cfg = _cfg("many")
+    g.invoke({"log": []}, cfg)
+    before = len(calls.names)
+    err = attempt(g.invoke, impl.Command(resume="same"), cfg)
+    return {
+        "error": err,
+        "reran": len(calls.names) - before,
+        "state": _snapshot(g.get_state(cfg)),
+    }
+
+
+def test_single_resume_with_many_pending(conform: Conform) -> None:
+    conform(single_resume_with_many_pending)
+
+
+def _abc(impl: Impl, calls: Calls, **compile_kw: Any) -> Any:
+    """START → a → b → c, checkpointed."""
+    b = impl.StateGraph(State)
+    for name in "abc":
+
+        def node(state: State, name: str = name) -> dict[str, Any]:
+            calls.add(name)
+            return {"log": [name]}
+
+        b.add_node(name, node)
+    b.add_edge(impl.START, "a")
+    b.add_edge("a", "b")
+    b.add_edge("b", "c")
+    return impl.compile(b, checkpointer=impl.saver(), **compile_kw)
+
+
+def interrupt_before_at_compile(impl: Impl) -> Any:
+    calls = Calls()
+    g = _abc(impl, calls, interrupt_before=["b"])
+    cfg = _cfg("before")
+    first = list(g.stream({"log": []}, cfg, stream_mode="updates"))
+    paused = _snapshot(g.get_state(cfg))
+    invoked_again = g.invoke(None, cfg)
+    return {
+        "first": first,
+        "paused": paused,
+        "resumed": invoked_again,
+        "calls": calls.names,
+        "next_run": list(g.stream({"log": ["again"]}, cfg, stream_mode="values")),
+    }
+
+
+def test_interrupt_before_at_compile(conform: Conform) -> None:
+    conform(interrupt_before_at_compile)
+
+
+def interrupt_after_per_call_update_state(impl: Impl) -> Any:
+    calls = Calls()
+    g = _abc(impl, calls)
+    cfg = _cfg("after")
+    first = g.invoke({"log": []}, cfg, interrupt_after=["a"])
+    paused = _snapshot(g.get_state(cfg))
+    new_cfg = g.update_state(cfg, {"log": ["human"]}, as_node="a")
+    updated = _snapshot(g.get_state(cfg))
+    rest = list(g.stream(None, cfg, stream_mode="values", interrupt_after=["a"]))
+    return {
+        "first": first,
+        "paused": paused,
+        "update_config_keys": sorted(new_cfg["configurable"]),
+        "updated": updated,
+        "rest": rest,
+        "calls": calls.names,
+    }
+
+
+def test_interrupt_after_per_call_update_state(conform: Conform) -> None:
+    conform(interrupt_after_per_call_update_state)
+
+
+def interrupt_star_breakpoints(impl: Impl) -> Any:
+    calls = Calls()
+    g = _abc(impl, calls, interrupt_before="*")
+    cfg = _cfg("star")
+    pauses = [g.invoke({"log": []}, cfg)]
+    nexts = [g.get_state(cfg).next]
+    for _ in range(4):
+        pauses.append(g.invoke(None, cfg))
+        nexts.append(g.get_state(cfg).next)
+    return {"pauses": pauses, "nexts": nexts, "calls": calls.names}
+
+
+def test_interrupt_star_breakpoints(conform: Conform) -> None:
+    conform(interrupt_star_breakpoints)
+
+
+def update_state_special_nodes(impl: Impl) -> Any:
+    calls = Calls()
+    g = _abc(impl, calls, interrupt_before=["b"])
+    out: dict[str, Any] = {}
+
+    cfg = _cfg("end")
+    g.invoke({"log": []}, cfg)
+    g.update_state(cfg, None, as_node=impl.END)
+    out["as_end"] = _snapshot(g.get_state(cfg))
+    out["as_end_resumed"] = g.invoke(None, cfg)
+
+    cfg = _cfg("input")
+    g.invoke({"log": []}, cfg)
+    g.update_state(cfg, {"log": ["fresh"]}, as_node="__input__")
+    out["as_input"] = _snapshot(g.get_state(cfg))
+    out["as_input_resumed"] = g.invoke(None, cfg)
+
+    cfg = _cfg("copy")
+    g.invoke({"log": []}, cfg)
+    g.update_state(cfg, None, as_node="__copy__")
+    out["as_copy"] = _snapshot(g.get_state(cfg))
+    out["as_copy_history"] = [s.metadata["source"] for s in g.get_state_history(cfg)]
+
+    cfg = _cfg("infer")
+    g.invoke({"log": []}, cfg)
+    g.update_state(cfg, {"answer": "inferred"})
+    out["inferred"] = _snapshot(g.get_state(cfg))
+    out["unknown_node"] = attempt(g.update_state, cfg, {"answer": "x"}, as_node="nope")
+    out["calls"] = calls.names
+    return out
+
+
+def test_update_state_special_nodes(conform: Conform) -> None:
+    conform(update_state_special_nodes)
+
+
+def update_state_ambiguous(impl: Impl) -> Any:
+    b = impl.StateGraph(State)
+    b.add_node("left", lambda s: {"log": ["left"]})
+    b.add_node("right", lambda s: {"log": ["right"]})
+    b.add_node("tail", lambda s: {"answer": "tail"})
+    b.add_edge(impl.START, "left")
+    b.add_edge(impl.START, "right")
+    b.add_edge(["left", "right"], "tail")
+    g = impl.compile(b, checkpointer=impl.saver(), interrupt_before=["tail"])
+    cfg = _cfg("amb")
+    g.invoke({"log": []}, cfg)
+    return {
+        "ambiguous": attempt(g.update_state, cfg, {"answer": "?"}),
+        "explicit": _snapshot(
+            g.get_state(g.update_state(cfg, {"answer": "human"}, as_node="right"))
+        ),
+    }
+
+
+def test_update_state_ambiguous(conform: Conform) -> None:
+    conform(update_state_ambiguous)
+
+
+def resume_from_checkpoint(impl: Impl) -> Any:
+    calls = Calls()
+
+    def ask(state: State) -> dict[str, Any]:
+        calls.add("ask")
+        return {"answer": impl.interrupt("color?")}
+
+    b = impl.StateGraph(State)
+    b.add_node("prep", lambda s: {"log": ["prep"]})
+    b.add_node("ask", ask)
+    b.add_edge(impl.START, "prep")
+    b.add_edge("prep", "ask")
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = _cfg("ckpt")
+    g.invoke({"log": []}, cfg)
+    paused_cfg = g.get_state(cfg).config
+    blue = g.invoke(impl.Command(resume="blue"), paused_cfg)
+    red = g.invoke(impl.Command(resume="red"), paused_cfg)
+    return {
+        "blue": blue,
+        "red": red,
+        "latest": _snapshot(g.get_state(cfg)),
+        "history": [(s.metadata["source"], s.metadata["step"]) for s in g.get_state_history(cfg)],
+        "calls": calls.names,
+    }
+
+
+def test_resume_from_checkpoint(conform: Conform) -> None:
+    conform(resume_from_checkpoint)
+
+
+def interrupt_in_streams(impl: Impl) -> Any:
+    def ask(state: State) -> dict[str, Any]:
+        return {"answer": impl.interrupt({"need": "ok"})}
+
+    b = impl.StateGraph(State)
+    b.add_node("ask", ask)
+    b.add_edge(impl.START, "ask")
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = _cfg("streams")
+    paused = list(g.stream({"log": ["x"]}, cfg, stream_mode=["values", "updates"]))
+    resumed = list(
+        g.stream(
+            impl.Command(resume="fine", update={"log": ["with update"]}),
+            cfg,
+            stream_mode=["values", "updates"],
+        )
+    )
+    return {"paused": paused, "resumed": resumed}
+
+
+def test_interrupt_in_streams(conform: Conform) -> None:
+    conform(interrupt_in_streams)
+
+
+def interrupt_in_send_task(impl: Impl) -> Any:
+    order = FinishOrder([2, 1, 0])
+
+    def fan(state: State) -> list[Any]:
+        return [impl.Send("review", n) for n in range(3)]
+
+    def review(n: int) -> dict[str, Any]:
+        if n == 1:
+            order.run(n)
+            return {"log": ["1:auto"]}
+        order.wait_turn(n)
+        order.finish(n)  # interrupt() raises on the first run, so finish first
+        return {"log": [f"{n}:{impl.interrupt(f'approve {n}?')}"]}
+
+    b = impl.StateGraph(State)
+    b.add_node("review", review)
+    b.add_conditional_edges(impl.START, fan, ["review"])
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = _cfg("send")
+    first = g.invoke({"log": []}, cfg)
+    state = g.get_state(cfg)
+    answers = {i.id: i.value.split()[1].rstrip("?") + "-yes" for i in state.interrupts}
+    return {
+        "first": first,
+        "finished": order.finished,
+        "paused": _snapshot(state),
+        "final": g.invoke(impl.Command(resume=answers), cfg),
+    }
+
+
+def test_interrupt_in_send_task(conform: Conform) -> None:
+    conform(interrupt_in_send_task)

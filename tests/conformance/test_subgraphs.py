@@ -1,0 +1,258 @@
+"""Subgraphs: as nodes, called from nodes, nested, interrupted, Command.PARENT, state views."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+from .harness import Conform
+from .impls import Impl
+
+pytestmark = pytest.mark.conformance
+
+
+class Parent(TypedDict):
+    log: Annotated[list[str], operator.add]
+    topic: str
+    answer: str
+
+
+class Child(TypedDict):
+    log: Annotated[list[str], operator.add]
+    topic: str
+    private: str
+
+
+class Other(TypedDict):
+    text: str
+    words: int
+
+
+def _cfg(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+def _snapshot(snap: Any) -> dict[str, Any]:
+    """What a user reads off a (possibly nested) StateSnapshot."""
+    return {
+        "values": snap.values,
+        "next": snap.next,
+        "ns": snap.config["configurable"].get("checkpoint_ns"),
+        "interrupts": snap.interrupts,
+        "source": snap.metadata["source"],
+        "step": snap.metadata["step"],
+        "parents": snap.metadata.get("parents"),
+        "tasks": [(t.name, t.interrupts, _task_state(t.state)) for t in snap.tasks],
+    }
+
+
+def _task_state(state: Any) -> Any:
+    """A task's `state`: a nested snapshot, a config pointing at one, or None."""
+    if state is None or isinstance(state, dict):
+        return state
+    return _snapshot(state)
+
+
+def _child(impl: Impl, *, interrupting: bool = False, **compile_kw: Any) -> Any:
+    """A child graph over `Child`: work → (ask →) done."""
+
+    def work(state: Child) -> dict[str, Any]:
+        return {"log": [f"child work on {state['topic']}"], "private": "p"}
+
+    def ask(state: Child) -> dict[str, Any]:
+        return {"log": [f"child heard {impl.interrupt('child question?')}"]}
+
+    b = impl.StateGraph(Child)
+    b.add_node("work", work)
+    b.add_node("done", lambda s: {"log": [f"child done, private={s['private']}"]})
+    b.add_edge(impl.START, "work")
+    if interrupting:
+        b.add_node("ask", ask)
+        b.add_edge("work", "ask")
+        b.add_edge("ask", "done")
+    else:
+        b.add_edge("work", "done")
+    return impl.compile(b, **compile_kw)
+
+
+def _parent(impl: Impl, child: Any, **compile_kw: Any) -> Any:
+    """A parent over `Parent`: intro → sub (the compiled child) → outro."""
+    b = impl.StateGraph(Parent)
+    b.add_node("intro", lambda s: {"log": ["intro"]})
+    b.add_node("sub", child)
+    b.add_node("outro", lambda s: {"answer": f"{len(s['log'])} lines"})
+    b.add_edge(impl.START, "intro")
+    b.add_edge("intro", "sub")
+    b.add_edge("sub", "outro")
+    return impl.compile(b, **compile_kw)
+
+
+def subgraph_node_shared_keys(impl: Impl) -> Any:
+    g = _parent(impl, _child(impl), checkpointer=impl.saver())
+    cfg = _cfg("shared")
+    out = g.invoke({"log": [], "topic": "cats"}, cfg)
+    return {
+        "invoke": out,
+        "updates": list(g.stream({"log": [], "topic": "dogs"}, _cfg("s2"), stream_mode="updates")),
+        "state": _snapshot(g.get_state(cfg)),
+        "history": len(list(g.get_state_history(cfg))),
+    }
+
+
+def test_subgraph_node_shared_keys(conform: Conform) -> None:
+    conform(subgraph_node_shared_keys)
+
+
+def subgraph_called_in_node(impl: Impl) -> Any:
+    cb = impl.StateGraph(Other)
+    cb.add_node("count", lambda s: {"words": len(s["text"].split())})
+    cb.add_node("shout", lambda s: {"text": s["text"].upper()})
+    cb.add_edge(impl.START, "count")
+    cb.add_edge("count", "shout")
+    child = impl.compile(cb)
+
+    def call_child(state: Parent) -> dict[str, Any]:
+        result = child.invoke({"text": state["topic"]})
+        return {"answer": f"{result['text']} ({result['words']})", "log": ["called"]}
+
+    b = impl.StateGraph(Parent)
+    b.add_node("call_child", call_child)
+    b.add_edge(impl.START, "call_child")
+    g = impl.compile(b)
+    inp = {"log": [], "topic": "two words"}
+    return {
+        "invoke": g.invoke(inp),
+        "streamed": list(g.stream(inp, stream_mode="updates", subgraphs=True)),
+    }
+
+
+def test_subgraph_called_in_node(conform: Conform) -> None:
+    conform(subgraph_called_in_node)
+
+
+def nested_two_levels(impl: Impl) -> Any:
+    gb = impl.StateGraph(Child)
+    gb.add_node("leaf", lambda s: {"log": ["leaf"], "private": "deep"})
+    gb.add_edge(impl.START, "leaf")
+    grandchild = impl.compile(gb)
+
+    cb = impl.StateGraph(Child)
+    cb.add_node("mid", lambda s: {"log": ["mid"]})
+    cb.add_node("grand", grandchild)
+    cb.add_edge(impl.START, "mid")
+    cb.add_edge("mid", "grand")
+    child = impl.compile(cb)
+
+    g = _parent(impl, child)
+    inp = {"log": [], "topic": "t"}
+    return {
+        "updates": list(g.stream(inp, stream_mode="updates", subgraphs=True)),
+        "values": list(g.stream(inp, stream_mode=["values"], subgraphs=True)),
+        "invoke": g.invoke(inp),
+    }
+
+
+def test_nested_two_levels(conform: Conform) -> None:
+    conform(nested_two_levels)
+
+
+def interrupt_inside_subgraph(impl: Impl) -> Any:
+    g = _parent(impl, _child(impl, interrupting=True), checkpointer=impl.saver())
+    cfg = _cfg("sub-int")
+    first = list(g.stream({"log": [], "topic": "x"}, cfg, stream_mode="updates", subgraphs=True))
+    flat = _snapshot(g.get_state(cfg))
+    nested = _snapshot(g.get_state(cfg, subgraphs=True))
+    resumed = list(g.stream(impl.Command(resume="yes"), cfg, stream_mode="updates", subgraphs=True))
+    return {
+        "first": first,
+        "flat": flat,
+        "nested": nested,
+        "resumed": resumed,
+        "final": _snapshot(g.get_state(cfg)),
+    }
+
+
+def test_interrupt_inside_subgraph(conform: Conform) -> None:
+    conform(interrupt_inside_subgraph)
+
+
+def command_parent(impl: Impl) -> Any:
+    def escalate(state: Child) -> Any:
+        return impl.Command(
+            graph=impl.Command.PARENT, goto="handler", update={"answer": "escalated"}
+        )
+
+    cb = impl.StateGraph(Child)
+    cb.add_node("work", lambda s: {"log": ["child work"]})
+    cb.add_node("escalate", escalate)
+    cb.add_node("never", lambda s: {"log": ["child never"]})
+    cb.add_edge(impl.START, "work")
+    cb.add_edge("work", "escalate")
+    cb.add_edge("escalate", "never")
+    child = impl.compile(cb)
+
+    b = impl.StateGraph(Parent)
+    b.add_node("sub", child, destinations=("handler",))
+    b.add_node("handler", lambda s: {"log": [f"handler sees {s['answer']}"]})
+    b.add_node("static_next", lambda s: {"log": ["static next"]})
+    b.add_edge(impl.START, "sub")
+    b.add_edge("sub", "static_next")
+    g = impl.compile(b)
+    inp = {"log": [], "topic": "t"}
+    return {
+        "invoke": g.invoke(inp),
+        "updates": list(g.stream(inp, stream_mode="updates", subgraphs=True)),
+    }
+
+
+def test_command_parent(conform: Conform) -> None:
+    conform(command_parent)
+
+
+def subgraph_called_twice(impl: Impl) -> Any:
+    child = _child(impl)
+
+    def twice(state: Parent) -> dict[str, Any]:
+        one = child.invoke({"log": [], "topic": "first"})
+        two = child.invoke({"log": [], "topic": "second"})
+        return {"log": one["log"] + two["log"]}
+
+    b = impl.StateGraph(Parent)
+    b.add_node("twice", twice)
+    b.add_edge(impl.START, "twice")
+    g = impl.compile(b)
+    return {"updates": list(g.stream({"log": []}, stream_mode="updates", subgraphs=True))}
+
+
+def test_subgraph_called_twice(conform: Conform) -> None:
+    conform(subgraph_called_twice)
+
+
+def subgraph_state_history(impl: Impl) -> Any:
+    saver = impl.saver()
+    g = _parent(impl, _child(impl, interrupting=True), checkpointer=saver)
+    cfg = _cfg("sub-hist")
+    g.invoke({"log": [], "topic": "h"}, cfg)
+    sub_cfg = g.get_state(cfg).tasks[0].state
+    child_history = [
+        (s.metadata["source"], s.metadata["step"], s.next) for s in g.get_state_history(sub_cfg)
+    ]
+    g.invoke(impl.Command(resume="ok"), cfg)
+    namespaces = sorted(
+        {c.config["configurable"]["checkpoint_ns"].split(":")[0] for c in saver.list(None)}
+    )
+    return {
+        "sub_cfg": sub_cfg,
+        "child_state": _snapshot(g.get_state(sub_cfg)),
+        "child_history": child_history,
+        "parent_history": [
+            (s.metadata["source"], s.metadata["step"], s.next) for s in g.get_state_history(cfg)
+        ],
+        "stored_namespaces": namespaces,
+    }
+
+
+def test_subgraph_state_history(conform: Conform) -> None:
+    conform(subgraph_state_history)
