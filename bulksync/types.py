@@ -47,6 +47,7 @@ class Interrupt:
 
     value: Any
     id: str = ""
+    response_schema: Any = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -128,9 +129,9 @@ class RetryPolicy(NamedTuple):
     max_interval: float = 128.0
     max_attempts: int = 3
     jitter: bool = True
-    retry_on: (
-        type[Exception] | Sequence[type[Exception]] | Callable[[Exception], bool]
-    ) = default_retry_on
+    retry_on: type[Exception] | Sequence[type[Exception]] | Callable[[Exception], bool] = (
+        default_retry_on
+    )
 
     def should_retry(self, exc: Exception) -> bool:
         """Whether this policy covers ``exc``."""
@@ -154,7 +155,7 @@ class PregelTask:
     id: str
     name: str
     path: tuple[Any, ...]
-    error: Exception | None = None
+    error: Exception | str | None = None
     interrupts: tuple[Interrupt, ...] = ()
     state: Any = None
     result: Any | None = None

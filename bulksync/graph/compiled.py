@@ -140,10 +140,8 @@ class CompiledStateGraph:
             config=config,
             recursion_limit=validate_recursion_limit(config["recursion_limit"]),
             durability=durability or "async",
-            interrupt_before=interrupt_before
-            if interrupt_before is not None
-            else self.interrupt_before,
-            interrupt_after=interrupt_after if interrupt_after is not None else self.interrupt_after,
+            interrupt_before=_given(interrupt_before, self.interrupt_before),
+            interrupt_after=_given(interrupt_after, self.interrupt_after),
             output_keys=output_keys if output_keys is not None else self.spec.stream_channels,
             modes=frozenset(modes),
         )
@@ -290,6 +288,10 @@ class CompiledStateGraph:
         from bulksync.graph.state import builder_drawable
 
         return builder_drawable(self.builder, self.spec)
+
+
+def _given(value: Sequence[str] | str | None, default: Sequence[str] | str) -> Sequence[str] | str:
+    return default if value is None else value
 
 
 def _default_recursion_limit() -> int:

@@ -1,0 +1,645 @@
+"""``StateGraph``: LangGraph's graph builder, compiled into the engine's ``GraphSpec``.
+
+Nodes read and write one shared state whose keys are channels (``graph/schema.py``). Each node
+``X`` runs when its trigger ``branch:to:X`` fires; edges, conditional edges and ``Command``
+gotos fire it (``graph/writers.py``). ``build_spec`` does the compilation ``compile`` wraps.
+Validation is stricter than LangGraph's: on top of its checks, a node that nothing can reach
+from START is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+
+from bulksync.channels.base import MISSING, BaseChannel
+from bulksync.channels.last_value import LastValue
+from bulksync.constants import END, NS_END, NS_SEP, RESERVED, START
+from bulksync.coordinator.spec import GraphSpec, Write
+from bulksync.errors import InvalidGraphError
+from bulksync.graph.branch import Branch
+from bulksync.graph.schema import (
+    ROOT,
+    command_destinations,
+    declared_input_schema,
+    declared_return,
+    injecting_call,
+    is_async_callable,
+    may_return_command,
+    schema_channels,
+)
+from bulksync.graph.writers import branch_channel, compile_nodes, trigger_layout
+from bulksync.types import RetryPolicy
+
+if TYPE_CHECKING:
+    from bulksync.graph.compiled import CompiledStateGraph
+    from bulksync.graph.drawing import DrawableGraph, DrawEdge
+
+logger = logging.getLogger(__name__)
+
+StateT = TypeVar("StateT")
+"""The state schema a ``StateGraph`` is annotated with (``StateGraph[MyState]``)."""
+
+
+@dataclasses.dataclass(slots=True)
+class StateNodeSpec:
+    """A node as added to the builder: what it runs and how ``add_node`` configured it.
+
+    ``ends`` are the declared destinations (for drawing and validation only);
+    ``routes_anywhere`` marks nodes whose ``Command`` gotos cannot be known in advance:
+    subgraphs, and nodes neither given destinations nor annotated to return no ``Command``.
+    """
+
+    action: Any
+    input_schema: Any
+    run: Callable[[Any], Any] | None
+    subgraph: Any = None
+    is_async: bool = False
+    metadata: dict[str, Any] | None = None
+    retry_policy: tuple[RetryPolicy, ...] = ()
+    ends: tuple[str, ...] | dict[str, str] = ()
+    defer: bool = False
+    queue: str | None = None
+    routes_anywhere: bool = False
+
+
+class StateGraph(Generic[StateT]):
+    """A graph whose nodes read a shared state and return updates to it (LangGraph's API)."""
+
+    def __init__(
+        self,
+        state_schema: type[StateT],
+        context_schema: Any = None,
+        *,
+        input_schema: Any = None,
+        output_schema: Any = None,
+    ) -> None:
+        """Declare the state; input/output schemas default to it and add their own keys."""
+        self.nodes: dict[str, StateNodeSpec] = {}
+        self.branches: dict[str, dict[str, Branch]] = {}
+        self.schemas: dict[Any, dict[str, BaseChannel[Any, Any]]] = {}
+        self.channels: dict[str, BaseChannel[Any, Any]] = {}
+        self.compiled = False
+        self.state_schema = state_schema
+        self.context_schema = context_schema
+        self.input_schema = input_schema or state_schema
+        self.output_schema = output_schema or state_schema
+        # Dicts used as ordered sets: the writes they produce come out in a stable order.
+        self._edges: dict[tuple[str, str], None] = {}
+        self._waiting_edges: dict[tuple[tuple[str, ...], str], None] = {}
+        for schema in (self.state_schema, self.input_schema, self.output_schema):
+            self._add_schema(schema)
+
+    @property
+    def edges(self) -> set[tuple[str, str]]:
+        """The ``(start, end)`` pairs added with ``add_edge``."""
+        return set(self._edges)
+
+    @property
+    def waiting_edges(self) -> set[tuple[tuple[str, ...], str]]:
+        """The ``(starts, end)`` pairs added with ``add_edge([...], end)``."""
+        return set(self._waiting_edges)
+
+    @property
+    def edges_in_order(self) -> list[tuple[str, str]]:
+        """``edges`` in the order they were added (which orders a node's edge writes)."""
+        return list(self._edges)
+
+    @property
+    def waiting_edges_in_order(self) -> list[tuple[tuple[str, ...], str]]:
+        """``waiting_edges`` in the order they were added."""
+        return list(self._waiting_edges)
+
+    def _add_schema(self, schema: Any) -> None:
+        if schema in self.schemas:
+            return
+        channels = schema_channels(schema)
+        self.schemas[schema] = channels
+        for key, channel in channels.items():
+            known = self.channels.get(key)
+            if known is None:
+                self.channels[key] = channel
+            # A plain re-declaration keeps the earlier channel (a reducer wins), as in LangGraph.
+            elif known != channel and not isinstance(channel, LastValue):
+                raise InvalidGraphError(
+                    f"Channel '{key}' already exists with a different type: "
+                    f"{getattr(schema, '__name__', schema)!r} declares it differently from an "
+                    "earlier schema; declare the key the same way (same reducer) in both."
+                )
+
+    def add_node(
+        self,
+        node: str | Any,
+        action: Any = None,
+        *,
+        defer: bool = False,
+        metadata: dict[str, Any] | None = None,
+        input_schema: Any = None,
+        retry_policy: RetryPolicy | Sequence[RetryPolicy] | None = None,
+        destinations: dict[str, str] | tuple[str, ...] | None = None,
+        queue: str | None = None,
+    ) -> Self:
+        """Add a node running ``action`` (a function, callable object or compiled graph).
+
+        Called with the action alone, the name is its ``__name__``, class name or graph name.
+        ``queue`` (bulksync only) routes the node's tasks to a worker pool.
+
+        Raises:
+            InvalidGraphError: the name is taken or reserved, or there is no action.
+        """
+        if not isinstance(node, str):
+            node, action = _node_name(node), node
+        if action is None:
+            raise InvalidGraphError(f"add_node('{node}'): pass the function the node runs.")
+        _check_node_name(node, self.nodes)
+        if self.compiled:
+            logger.warning("Adding a node to a compiled graph; recompile to include it.")
+        subgraph = action if isinstance(getattr(action, "spec", None), GraphSpec) else None
+        inferred = None if subgraph is not None or input_schema else declared_input_schema(action)
+        returned = declared_return(action) if subgraph is None else None
+        ends = destinations if destinations is not None else command_destinations(returned)
+        if input_schema or inferred:
+            self._add_schema(input_schema or inferred)
+        self.nodes[node] = StateNodeSpec(
+            action=action,
+            input_schema=input_schema or inferred or self.state_schema,
+            run=None if subgraph is not None else injecting_call(action),
+            subgraph=subgraph,
+            is_async=subgraph is None and is_async_callable(action),
+            metadata=metadata,
+            retry_policy=_retry_policies(retry_policy),
+            ends=ends or (),
+            defer=defer,
+            queue=queue,
+            routes_anywhere=subgraph is not None or (not ends and may_return_command(returned)),
+        )
+        return self
+
+    def add_edge(self, start_key: str | Sequence[str], end_key: str) -> Self:
+        """Run ``end_key`` after ``start_key``, or after all of a list of starts have run.
+
+        Raises:
+            InvalidGraphError: END as a start, START as an end, or (for a list) unknown nodes.
+        """
+        if self.compiled:
+            logger.warning("Adding an edge to a compiled graph; recompile to include it.")
+        starts = (start_key,) if isinstance(start_key, str) else tuple(start_key)
+        if END in starts:
+            raise InvalidGraphError("END cannot be a start node")
+        if end_key == START:
+            raise InvalidGraphError("START cannot be an end node")
+        if isinstance(start_key, str):
+            self._edges[(start_key, end_key)] = None
+            return self
+        if not starts:
+            raise InvalidGraphError(f"add_edge([], '{end_key}'): list at least one start node.")
+        for name in (*starts, end_key):
+            if name not in self.nodes and name != END:
+                raise InvalidGraphError(f"Need to add_node `{name}` first")
+        self._waiting_edges[(starts, end_key)] = None
+        return self
+
+    def add_conditional_edges(
+        self,
+        source: str,
+        path: Callable[..., Any],
+        path_map: Mapping[Hashable, str] | Sequence[str] | None = None,
+    ) -> Self:
+        """After ``source``, run the node(s) ``path`` names (through ``path_map`` if given).
+
+        Raises:
+            InvalidGraphError: ``source`` already has a branch of the same name.
+        """
+        if self.compiled:
+            logger.warning("Adding an edge to a compiled graph; recompile to include it.")
+        branch = Branch.from_path(path, path_map)
+        named = self.branches.setdefault(source, {})
+        if branch.name in named:
+            raise InvalidGraphError(
+                f"Branch with name `{branch.name}` already exists for node `{source}`; "
+                "give the path functions distinct names."
+            )
+        named[branch.name] = branch
+        if branch.input_schema is not None:
+            self._add_schema(branch.input_schema)
+        return self
+
+    def add_sequence(self, nodes: Sequence[Any | tuple[str, Any]]) -> Self:
+        """Add nodes (actions or ``(name, action)`` pairs) joined by edges in the given order.
+
+        Raises:
+            InvalidGraphError: the sequence is empty or repeats a name.
+        """
+        if not nodes:
+            raise InvalidGraphError("Sequence requires at least one node.")
+        previous: str | None = None
+        for item in nodes:
+            name, action = item if isinstance(item, tuple) and len(item) == 2 else (None, item)
+            name = name if name is not None else _node_name(action)
+            if name in self.nodes:
+                raise InvalidGraphError(
+                    f"Node names must be unique: node with the name '{name}' already exists. "
+                    "Pass (name, action) tuples to name two nodes made from like callables."
+                )
+            self.add_node(name, action)
+            if previous is not None:
+                self.add_edge(previous, name)
+            previous = name
+        return self
+
+    def set_entry_point(self, key: str) -> Self:
+        """Run ``key`` first: ``add_edge(START, key)``."""
+        return self.add_edge(START, key)
+
+    def set_conditional_entry_point(
+        self,
+        path: Callable[..., Any],
+        path_map: Mapping[Hashable, str] | Sequence[str] | None = None,
+    ) -> Self:
+        """Pick the first node(s) with ``path``: ``add_conditional_edges(START, ...)``."""
+        return self.add_conditional_edges(START, path, path_map)
+
+    def set_finish_point(self, key: str) -> Self:
+        """End the run after ``key``: ``add_edge(key, END)``."""
+        return self.add_edge(key, END)
+
+    def validate(self, interrupt: Sequence[str] | None = None) -> Self:
+        """Check the graph's structure; ``interrupt`` lists breakpoint nodes to check too.
+
+        Raises:
+            InvalidGraphError: an edge or branch names an unknown node, there is no entry
+                point, a breakpoint names an unknown node, or a node cannot be reached.
+        """
+        _check_structure(self, interrupt or ())
+        _check_reachable(self)
+        self.compiled = True
+        return self
+
+    def compile(
+        self,
+        checkpointer: Any = None,
+        *,
+        interrupt_before: Sequence[str] | str | None = None,
+        interrupt_after: Sequence[str] | str | None = None,
+        debug: bool = False,
+        name: str | None = None,
+    ) -> CompiledStateGraph:
+        """Validate and compile into a runnable graph (see ``build_spec``)."""
+        from bulksync.graph.compiled import CompiledStateGraph
+
+        graph_name = name or "LangGraph"
+        spec = build_spec(self, interrupt_before, interrupt_after, name=graph_name)
+        return CompiledStateGraph(
+            builder=self, spec=spec, checkpointer=checkpointer, debug=debug, name=graph_name
+        )
+
+
+def _node_name(action: Any) -> str:
+    if isinstance(getattr(action, "spec", None), GraphSpec):
+        name = getattr(action, "name", None)
+    else:
+        name = getattr(action, "__name__", type(action).__name__)
+    if not isinstance(name, str):
+        raise InvalidGraphError("Node name must be provided if action is not a function")
+    return name
+
+
+def _check_node_name(name: str, nodes: Mapping[str, Any]) -> None:
+    if name in nodes:
+        raise InvalidGraphError(f"Node `{name}` already present.")
+    if name in RESERVED:
+        raise InvalidGraphError(f"Node `{name}` is reserved.")
+    for character in (NS_SEP, NS_END):
+        if character in name:
+            raise InvalidGraphError(
+                f"'{character}' is a reserved character and is not allowed in the node names."
+            )
+
+
+def _check_structure(builder: StateGraph[Any], interrupt: Sequence[str]) -> None:
+    """LangGraph's checks: known edge ends, an entry point, known breakpoints."""
+    nodes = builder.nodes
+    joins = [(s, e) for starts, e in builder.waiting_edges_in_order for s in starts]
+    edges = [*builder.edges_in_order, *joins]
+    sources = [s for s, _ in edges] + list(builder.branches) + [n for n in nodes if nodes[n].ends]
+    for source in sources:
+        if source not in nodes and source != START:
+            raise InvalidGraphError(
+                f"Found edge starting at unknown node '{source}'; add it with "
+                f"add_node('{source}', ...) or remove the edge."
+            )
+    if START not in sources:
+        raise InvalidGraphError(
+            "Graph must have an entrypoint: add at least one edge from START to another node"
+        )
+    targets = [e for _, e in edges] + [end for n in nodes for end in nodes[n].ends]
+    for start, branches in builder.branches.items():
+        for cond, branch in branches.items():
+            for end in (branch.ends or {}).values():
+                if end not in nodes and end != END:
+                    raise InvalidGraphError(
+                        f"At '{start}' node, '{cond}' branch found unknown target '{end}'; "
+                        "fix its path_map or add the node."
+                    )
+    for target in targets:
+        if target not in nodes and target != END:
+            raise InvalidGraphError(
+                f"Found edge ending at unknown node `{target}`; add it with add_node first."
+            )
+    for name in interrupt:
+        if name not in nodes:
+            raise InvalidGraphError(f"Interrupt node `{name}` not found")
+
+
+def _check_reachable(builder: StateGraph[Any]) -> None:
+    """Raise for nodes no path from START can reach (LangGraph would silently never run them)."""
+    successors: dict[str, set[str]] = {key: set() for key in (START, *builder.nodes)}
+    anywhere = {key for key, node in builder.nodes.items() if node.routes_anywhere}
+    for start, end in builder.edges_in_order:
+        successors.setdefault(start, set()).add(end)
+    for starts, end in builder.waiting_edges_in_order:
+        for start in starts:
+            successors[start].add(end)
+    for source, branches in builder.branches.items():
+        for branch in branches.values():
+            if branch.ends is None:
+                anywhere.add(source)
+            else:
+                successors.setdefault(source, set()).update(branch.ends.values())
+    for key, node in builder.nodes.items():
+        successors[key].update(node.ends)
+    reached, frontier = {START}, [START]
+    while frontier:
+        current = frontier.pop()
+        if current in anywhere:
+            return
+        for target in successors.get(current, ()):
+            if target not in reached:
+                reached.add(target)
+                frontier.append(target)
+    lost = [key for key in builder.nodes if key not in reached]
+    if lost:
+        raise InvalidGraphError(
+            f"Node(s) {lost} cannot be reached from START: no edge, conditional edge or "
+            "declared destination leads there. Connect them with add_edge or a conditional "
+            "edge's path_map; for a node whose Command(goto=...) goes there, pass "
+            "add_node(..., destinations=...) or annotate it -> Command[Literal[...]]; or remove "
+            "them."
+        )
+
+
+def _retry_policies(policy: RetryPolicy | Sequence[RetryPolicy] | None) -> tuple[RetryPolicy, ...]:
+    if policy is None:
+        return ()
+    if isinstance(policy, RetryPolicy):  # a NamedTuple: test before treating it as a sequence
+        return (policy,)
+    return tuple(policy)
+
+
+def _interrupts(nodes: Sequence[str] | str | None) -> tuple[str, ...] | str:
+    if nodes is None:
+        return ()
+    return nodes if isinstance(nodes, str) else tuple(nodes)
+
+
+def build_spec(
+    builder: StateGraph[Any],
+    interrupt_before: Sequence[str] | str | None = None,
+    interrupt_after: Sequence[str] | str | None = None,
+    *,
+    name: str = "LangGraph",
+) -> GraphSpec:
+    """Validate ``builder`` and compile it into the ``GraphSpec`` the engine runs.
+
+    Raises:
+        InvalidGraphError: as ``StateGraph.validate``.
+    """
+    before, after = _interrupts(interrupt_before), _interrupts(interrupt_after)
+    builder.validate([n for group in (before, after) if group != "*" for n in group])
+    channels, nodes = compile_nodes(builder)
+    trigger_to_nodes: dict[str, list[str]] = {}
+    for key, node in nodes.items():
+        for trigger in node.triggers:
+            trigger_to_nodes.setdefault(trigger, []).append(key)
+    output_keys = tuple(builder.schemas[builder.output_schema])
+    # Every key of every schema, as LangGraph's values stream and get_state show them.
+    all_keys = tuple(builder.channels)
+    return GraphSpec(
+        name=name,
+        nodes=nodes,
+        channels=channels,
+        input_channels=START,
+        output_channels=ROOT if output_keys == (ROOT,) else output_keys,
+        stream_channels=ROOT if all_keys == (ROOT,) else all_keys,
+        trigger_to_nodes={k: tuple(v) for k, v in trigger_to_nodes.items()},
+        interrupt_before=before,
+        interrupt_after=after,
+        state_keys=all_keys,
+    )
+
+
+def builder_drawable(builder: StateGraph[Any], spec: GraphSpec | None = None) -> DrawableGraph:
+    """The drawing LangGraph's ``get_graph()`` makes of ``builder`` (compiled as ``spec``).
+
+    Like LangGraph, it runs the graph on its triggers alone: each node fires its static edges,
+    and declares its conditional ones (path maps, ``destinations``, ``Command[Literal]``
+    returns) once; an edge is drawn from each writer of a trigger to the node it wakes.
+    A conditional edge with no path map therefore draws nothing.
+    """
+    from bulksync.graph.drawing import DrawableGraph
+
+    spec = spec if spec is not None else build_spec(builder)
+    _, _, regular = trigger_layout(builder)
+    declared = {key: _declared_writes(builder, key) for key in regular}
+    edges, last_step = _TriggerRun(spec).discover(regular, declared)
+    metadata: dict[str, dict[str, object]] = {}
+    for key, node in builder.nodes.items():
+        meta: dict[str, object] = dict(node.metadata or {})
+        if node.defer:
+            meta["defer"] = True
+        # "*" is a str, so `in` tests for a substring there, as in LangGraph: no node matches.
+        when = [
+            w
+            for w, nodes in (("before", spec.interrupt_before), ("after", spec.interrupt_after))
+            if key in nodes
+        ]
+        if when:
+            meta["__interrupt"] = ",".join(when)
+        tools = getattr(node.action, "tools_by_name", None)
+        if isinstance(tools, Mapping) and tools:
+            meta["__tools"] = list(tools)
+        if meta:
+            metadata[key] = meta
+    return DrawableGraph.assemble(
+        list(spec.nodes), edges, metadata=metadata, last_step_nodes=last_step
+    )
+
+
+_Declared = list[list[tuple[str, str | None]]]
+_Trigger = tuple[str, bool, str | None]  # (channel or source node, conditional, label)
+
+
+def _declared_writes(builder: StateGraph[Any], key: str) -> _Declared:
+    """Per writer of ``key`` (its destinations, then each mapped branch): target, label."""
+    groups: _Declared = []
+    node = builder.nodes.get(key)
+    if node is not None and node.ends:
+        pairs = node.ends.items() if isinstance(node.ends, dict) else ((e, None) for e in node.ends)
+        groups.append([(_channel_or_end(e), label) for e, label in pairs])
+    for branch in builder.branches.get(key, {}).values():
+        if branch.ends:
+            groups.append([(_channel_or_end(e), str(k)) for k, e in branch.ends.items()])
+    return groups
+
+
+def _channel_or_end(target: str) -> str:
+    return target if target == END else branch_channel(target)
+
+
+class _TriggerRun:
+    """LangGraph's ``draw_graph`` loop: supersteps over the trigger channels only."""
+
+    LIMIT = 250
+
+    def __init__(self, spec: GraphSpec) -> None:
+        self.spec = spec
+        self.live = {c: spec.channels[c].from_checkpoint(MISSING) for c in spec.trigger_to_nodes}
+        self.versions: dict[str, int] = {}
+        self.seen: dict[str, dict[str, int]] = {}
+        self.edges: set[DrawEdge] = set()
+        self.sources: dict[str, set[_Trigger]] = {}  # node -> what it wrote, latest run
+        self.declared: dict[str, set[_Trigger]] = {}  # node -> conditional writes it declared
+        self.used: set[tuple[str, int]] = set()  # declared groups already applied
+
+    def discover(
+        self, regular: Mapping[str, list[Write]], declared: Mapping[str, _Declared]
+    ) -> tuple[set[DrawEdge], list[str]]:
+        """The edges found and the nodes that ran in the last simulated step."""
+        step_sources: dict[str, set[_Trigger]] = {}
+        tasks = self._plan(self._apply([], {START: [(START, {})]}))
+        for _ in range(self.LIMIT + 1):
+            if not tasks:
+                break
+            writes, conditional = self._step_writes(tasks, regular, declared)
+            step_sources = {
+                task: {
+                    (c, (task, c) in conditional and v is None, conditional.get((task, c)))
+                    for c, v in writes[task]
+                }
+                | self.declared.get(task, set())
+                for task in tasks
+            }
+            self.sources.update(step_sources)
+            by_trigger: dict[str, set[_Trigger]] = {}
+            for source, found in self.sources.items():
+                for channel, cond, label in found:
+                    by_trigger.setdefault(channel, set()).add((source, cond, label))
+            tasks = self._plan(self._apply(tasks, writes))
+            for task in tasks:
+                self._draw_wake(task, by_trigger, step_sources)
+        return self.edges, list(step_sources)
+
+    def _step_writes(
+        self,
+        tasks: list[str],
+        regular: Mapping[str, list[Write]],
+        declared: Mapping[str, _Declared],
+    ) -> tuple[dict[str, list[Write]], dict[tuple[str, str], str | None]]:
+        """Each task's writes: its static edges, plus its declared ones on its first run."""
+        from bulksync.graph.drawing import DrawEdge
+
+        writes: dict[str, list[Write]] = {}
+        conditional: dict[tuple[str, str], str | None] = {}
+        for task in tasks:
+            writes[task] = list(regular[task])
+            for index, group in enumerate(declared[task]):
+                if (task, index) in self.used:
+                    continue
+                self.used.add((task, index))
+                for channel, label in group:
+                    if channel == END:
+                        self.edges.add(DrawEdge(task, END, True, label))
+                        continue
+                    conditional[(task, channel)] = label
+                    self.declared.setdefault(task, set()).add((channel, True, label))
+                    writes[task].append((channel, None))
+        return writes, conditional
+
+    def _draw_wake(
+        self,
+        task: str,
+        by_trigger: Mapping[str, set[_Trigger]],
+        step_sources: Mapping[str, set[_Trigger]],
+    ) -> None:
+        """Edges into ``task`` from every writer of its triggers (all last-step nodes if none)."""
+        from bulksync.graph.drawing import DrawEdge
+
+        added = False
+        for trigger in self.spec.nodes[task].triggers:
+            for source, cond, label in sorted(by_trigger.get(trigger, ()), key=_sort_key):
+                self.edges.add(DrawEdge(source, task, cond, label))
+                if (trigger, cond, label) in step_sources.get(source, ()):
+                    added = True
+                else:
+                    self.sources[source].discard((trigger, cond, label))
+        if not added:
+            self.edges.update(DrawEdge(source, task, True, None) for source in step_sources)
+
+    def _plan(self, updated: set[str]) -> list[str]:
+        if updated:
+            woken = {n for c in updated for n in self.spec.trigger_to_nodes.get(c, ())}
+            candidates: list[str] = sorted(woken)
+        else:
+            candidates = list(self.spec.nodes)
+        return [n for n in candidates if self._fires(n)]
+
+    def _fires(self, node: str) -> bool:
+        seen = self.seen.get(node)
+        return any(
+            self.live[c].is_available()
+            and (seen is None or self.versions.get(c, 0) > seen.get(c, 0))
+            for c in self.spec.nodes[node].triggers
+        )
+
+    def _apply(self, tasks: list[str], writes: Mapping[str, list[Write]]) -> set[str]:
+        """LangGraph's ``apply_writes``, restricted to trigger channels."""
+        bump = bool(tasks)
+        for task in tasks:
+            mine = self.spec.nodes[task].triggers
+            self.seen.setdefault(task, {}).update(
+                {c: self.versions[c] for c in mine if c in self.versions}
+            )
+        version = max(self.versions.values(), default=0) + 1
+        updated: set[str] = set()
+
+        def bumped(channel: str, changed: bool) -> None:
+            if changed:
+                self.versions[channel] = version
+                if self.live[channel].is_available():
+                    updated.add(channel)
+
+        for channel in sorted({c for task in tasks for c in self.spec.nodes[task].triggers}):
+            if self.live[channel].consume():
+                self.versions[channel] = version
+        grouped: dict[str, list[Any]] = {}
+        for task in sorted(writes):
+            for channel, value in writes[task]:
+                if channel in self.live:
+                    grouped.setdefault(channel, []).append(value)
+        for channel, values in grouped.items():
+            bumped(channel, self.live[channel].update(values))
+        if bump:
+            for channel, live in self.live.items():
+                if live.is_available() and channel not in updated:
+                    bumped(channel, live.update([]))
+            if updated.isdisjoint(self.spec.trigger_to_nodes):
+                for channel, live in self.live.items():
+                    bumped(channel, live.finish())
+        return updated
+
+
+def _sort_key(found: tuple[str, bool, str | None]) -> tuple[str, bool, bool, str]:
+    source, cond, label = found
+    return (source, cond, label is not None, label or "")
