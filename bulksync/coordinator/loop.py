@@ -361,9 +361,7 @@ class SuperstepLoop:
         results: queue.Queue[TaskResult] = queue.Queue()
         plain = [t for t in todo if self.spec.nodes[t.name].subgraph is None]
         step_input = self._step_input()
-        handle = (
-            self.executor.submit(self.spec, step_input, plain, results.put) if plain else None
-        )
+        handle = self.executor.submit(self.spec, step_input, plain, results.put) if plain else None
         for task in todo:
             if self.spec.nodes[task.name].subgraph is not None:
                 start_subgraph_task(self, task, step_input, results.put)
@@ -378,6 +376,7 @@ class SuperstepLoop:
                 if handle is not None:
                     handle.cancel()
         if failure is not None:
+            self._flush()  # the failed task's result is streamed before the error
             raise failure
         if self.interrupts:
             raise GraphInterrupt(tuple(self.interrupts))
@@ -589,5 +588,3 @@ def _locate_serialization_error(
         except SerializationError as inner:
             return SerializationError(f"node '{node}', channel '{chan}': {inner}")
     return SerializationError(f"node '{node}': {exc}")
-
-

@@ -77,8 +77,10 @@ def snapshot(
         apply_writes(
             versions,
             channels,
-            [TaskWrites(tasks[t].name, tasks[t].path, s.output, tasks[t].triggers)
-             for t, s in finished.items()],
+            [
+                TaskWrites(tasks[t].name, tasks[t].path, s.output, tasks[t].triggers)
+                for t, s in finished.items()
+            ],
             spec.trigger_to_nodes,
         )
     keys = spec.stream_channels
@@ -180,21 +182,32 @@ def update_state(
         saved = CheckpointTuple({"configurable": base_conf}, empty_checkpoint(), {"step": -2})
     step = int(saved.metadata.get("step", -2)) + 1
     if as_node == "__copy__":
-        return _commit(spec, saver, saved, saved.parent_config or _unaddressed(saved), None,
-                       "fork", step, None, config)
+        return _commit(
+            spec,
+            saver,
+            saved,
+            saved.parent_config or _unaddressed(saved),
+            None,
+            "fork",
+            step,
+            None,
+            config,
+        )
     channels, versions = load_channels(spec, saved)
     tasks = plan_after(spec, saved, channels)
     if as_node == END and values is None:
         done = [TaskWrites(t.name, t.path, (), t.triggers) for t in tasks.values()]
         updated = apply_writes(versions, channels, done, spec.trigger_to_nodes)
-        return _commit(spec, saver, saved, saved.config, (channels, versions), "update", step,
-                       updated, config)
+        return _commit(
+            spec, saver, saved, saved.config, (channels, versions), "update", step, updated, config
+        )
     if as_node == "__input__":
         # Pending tasks stay scheduled: the input runs beside them in the next step.
         done = [TaskWrites("__input__", (), [(spec.input_channels, values)])]
         updated = apply_writes(versions, channels, done, spec.trigger_to_nodes)
-        return _commit(spec, saver, saved, saved.config, (channels, versions), "input", step,
-                       updated, config)
+        return _commit(
+            spec, saver, saved, saved.config, (channels, versions), "input", step, updated, config
+        )
     node_name = as_node if as_node is not None else infer_as_node(spec, saved)
     if node_name not in spec.nodes:
         raise InvalidUpdateError(
@@ -207,11 +220,14 @@ def update_state(
         saver.put_writes(saved.config, writes, planned.id, stream.task_path_key(planned))
     path = planned.path if planned else ("__pregel_pull", node_name)
     updated = apply_writes(
-        versions, channels, [TaskWrites(node_name, path, writes, (INTERRUPT,))],
+        versions,
+        channels,
+        [TaskWrites(node_name, path, writes, (INTERRUPT,))],
         spec.trigger_to_nodes,
     )
-    return _commit(spec, saver, saved, saved.config, (channels, versions), "update", step,
-                   updated, config)
+    return _commit(
+        spec, saver, saved, saved.config, (channels, versions), "update", step, updated, config
+    )
 
 
 def node_writes(spec: GraphSpec, node: str, values: Any, saved: CheckpointTuple) -> list[Write]:
@@ -251,13 +267,17 @@ def _commit(
 ) -> dict[str, Any]:
     if state is None:
         checkpoint = create_checkpoint(
-            saved.checkpoint, None, Versions.of(saved.checkpoint), step,
+            saved.checkpoint,
+            None,
+            Versions.of(saved.checkpoint),
+            step,
             saved.checkpoint.updated_channels,
         )
         changed = dict(saved.checkpoint.channel_versions)
     else:
         channels, versions = state
-        checkpoint = create_checkpoint(saved.checkpoint, channels, versions, step, updated)
+        # No updated-channel hint: tasks pending before the update must still be planned.
+        checkpoint = create_checkpoint(saved.checkpoint, channels, versions, step, None)
         changed = new_versions(saved.checkpoint.channel_versions, checkpoint.channel_versions)
     parents = saved.metadata.get("parents") or {}
     metadata = checkpoint_metadata(config, source, step, dict(parents))

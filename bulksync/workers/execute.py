@@ -148,7 +148,7 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput) -> TaskResult:
             config=task_config(step, task),
             scratchpad=pad,
             stream_writer=lambda chunk: step.sink(step.namespace, "custom", chunk),
-            send=lambda ws: resumes.extend(ws),
+            send=resumes.extend,
             parent=(step.nested, task) if step.nested is not None else None,
         )
         try:
