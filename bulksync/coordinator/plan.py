@@ -143,7 +143,7 @@ def candidate_nodes(
     if not checkpoint.channel_versions:
         return []
     if updated_channels is None:
-        return list(spec.nodes)
+        return list(spec.nodes)  # insertion order, as LangGraph plans without a hint
     names = {n for ch in updated_channels for n in spec.trigger_to_nodes.get(ch, ())}
     return sorted(names)
 
@@ -191,7 +191,10 @@ def prepare_next_tasks(
     parent_ns: str = "",
     updated_channels: Iterable[str] | None = None,
 ) -> dict[str, Task]:
-    """The tasks of step ``step``, keyed by id: PUSH tasks first, then PULL tasks by name."""
+    """The tasks of step ``step``, keyed by id: PUSH tasks first, then PULL tasks.
+
+    PULL tasks come by name when the last step's updates are known, else in node order.
+    """
     tasks = push_tasks(spec, checkpoint, channels, step, parent_ns)
     tasks += pull_tasks(spec, checkpoint, channels, step, parent_ns, updated_channels)
     return {t.id: t for t in tasks}
