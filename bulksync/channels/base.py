@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Self, TypeVar
 
 from bulksync.errors import EmptyChannelError
 
@@ -99,4 +99,53 @@ class BaseChannel(Generic[Value, Update], ABC):
         return f"{type(self).__name__}(key={self.key!r})"
 
 
-__all__ = ["MISSING", "BaseChannel", "EmptyChannelError"]
+class ValueChannel(BaseChannel[Value, Update]):
+    """A channel whose whole state is one value (``MISSING`` when empty).
+
+    Subclasses say how a step's writes change ``value`` (``update``), which settings make
+    two channels the same (``spec``) and how to make an empty one (``blank``).
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, typ: Any, key: str = "") -> None:
+        super().__init__(typ, key)
+        self.value: Any = MISSING
+
+    def spec(self) -> tuple[Any, ...]:
+        """The settings two channels of this class must share to be equal."""
+        return ()
+
+    def blank(self) -> Self:
+        """A new, empty channel with this one's settings and key."""
+        return type(self)(self.typ, self.key)
+
+    def __eq__(self, other: object) -> bool:
+        """Channels compare by class and settings, never by value (as LangGraph's do)."""
+        return isinstance(other, type(self)) and other.spec() == self.spec()
+
+    __hash__ = None  # type: ignore[assignment]  # equality by spec: unhashable, like LangGraph
+
+    def from_checkpoint(self, checkpoint: Any) -> Self:
+        """A new channel with this one's settings and key, holding ``checkpoint``."""
+        new = self.blank()
+        new.value = checkpoint
+        return new
+
+    def checkpoint(self) -> Any:
+        """The value held, or ``MISSING``."""
+        return self.value
+
+    def get(self) -> Value:
+        """The value held."""
+        if self.value is MISSING:
+            raise EmptyChannelError()
+        value: Value = self.value
+        return value
+
+    def is_available(self) -> bool:
+        """Whether a value is held."""
+        return self.value is not MISSING
+
+
+__all__ = ["MISSING", "BaseChannel", "EmptyChannelError", "ValueChannel"]

@@ -6,8 +6,8 @@ import collections.abc
 from collections.abc import Callable, Sequence
 from typing import Any, NotRequired, Required, Self, TypeVar, cast
 
-from bulksync.channels.base import MISSING, BaseChannel
-from bulksync.errors import EmptyChannelError, InvalidUpdateError
+from bulksync.channels.base import MISSING, ValueChannel
+from bulksync.errors import InvalidUpdateError
 from bulksync.types import Overwrite
 
 Value = TypeVar("Value")
@@ -70,10 +70,10 @@ def _same_operator(a: Callable[..., Any], b: Callable[..., Any]) -> bool:
     return a is b
 
 
-class BinaryOperatorAggregate(BaseChannel[Value, Value | Overwrite]):
+class BinaryOperatorAggregate(ValueChannel[Value, Value | Overwrite]):
     """Folds each written value into the current one with ``operator(current, written)``."""
 
-    __slots__ = ("operator", "value")
+    __slots__ = ("operator",)
 
     def __init__(
         self, typ: Any, operator: Callable[[Value, Value], Value], *, key: str = ""
@@ -88,29 +88,13 @@ class BinaryOperatorAggregate(BaseChannel[Value, Value | Overwrite]):
             self.operator, other.operator
         )
 
-    __hash__ = None  # type: ignore[assignment]  # equality by spec: unhashable, like LangGraph
+    def blank(self) -> Self:
+        """A new channel with this one's type, operator and key, at the type's empty value."""
+        return type(self)(self.typ, self.operator, key=self.key)
 
     def from_checkpoint(self, checkpoint: Any) -> Self:
-        """A new channel with this one's type, operator and key, holding ``checkpoint``."""
-        new = type(self)(self.typ, self.operator, key=self.key)
-        if checkpoint is not MISSING:
-            new.value = checkpoint
-        return new
-
-    def checkpoint(self) -> Any:
-        """The folded value, or ``MISSING`` when the type has no empty value and none came."""
-        return self.value
-
-    def get(self) -> Value:
-        """The folded value."""
-        if self.value is MISSING:
-            raise EmptyChannelError()
-        value: Value = self.value
-        return value
-
-    def is_available(self) -> bool:
-        """Whether there is a value (always, when the type has an empty value)."""
-        return self.value is not MISSING
+        """A new channel holding ``checkpoint`` (the type's empty value for ``MISSING``)."""
+        return self.blank() if checkpoint is MISSING else super().from_checkpoint(checkpoint)
 
     def update(self, values: Sequence[Value | Overwrite]) -> bool:
         """Fold the step's values in order; an ``Overwrite`` replaces the step's result.

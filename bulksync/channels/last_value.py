@@ -9,47 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Self, TypeVar
 
-from bulksync.channels.base import MISSING, BaseChannel
+from bulksync.channels.base import MISSING, BaseChannel, ValueChannel
 from bulksync.errors import EmptyChannelError, InvalidUpdateError
 
 Value = TypeVar("Value")
 
 
-class LastValue(BaseChannel[Value, Value]):
+class LastValue(ValueChannel[Value, Value]):
     """Holds the one value written in the latest step that wrote it; two writes in a step fail."""
 
-    __slots__ = ("value",)
-
-    def __init__(self, typ: Any, key: str = "") -> None:
-        super().__init__(typ, key)
-        self.value: Any = MISSING
-
-    def __eq__(self, other: object) -> bool:
-        """Equal to any other ``LastValue``: channels compare by spec, never by value."""
-        return isinstance(other, LastValue)
-
-    __hash__ = None  # type: ignore[assignment]  # equality by spec: unhashable, like LangGraph
-
-    def from_checkpoint(self, checkpoint: Any) -> Self:
-        """A new ``LastValue`` with this one's type and key, holding ``checkpoint``."""
-        new = type(self)(self.typ, self.key)
-        new.value = checkpoint
-        return new
-
-    def checkpoint(self) -> Any:
-        """The value itself, or ``MISSING`` before the first write."""
-        return self.value
-
-    def get(self) -> Value:
-        """The value last written."""
-        if self.value is MISSING:
-            raise EmptyChannelError()
-        value: Value = self.value
-        return value
-
-    def is_available(self) -> bool:
-        """Whether a value has been written."""
-        return self.value is not MISSING
+    __slots__ = ()
 
     def update(self, values: Sequence[Value]) -> bool:
         """Keep the step's single value; no write leaves the old value in place."""
