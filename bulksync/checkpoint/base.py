@@ -150,6 +150,29 @@ def config_thread(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
     return str(conf[THREAD_ID]), str(conf.get(CHECKPOINT_NS) or ""), conf.get(CHECKPOINT_ID)
 
 
+def write_target(config: Mapping[str, Any]) -> tuple[str, str, str]:
+    """``(thread, ns, checkpoint id)`` that ``put_writes`` records against.
+
+    Raises:
+        ValueError: when the config names no checkpoint.
+    """
+    thread_id, ns, checkpoint_id = config_thread(config)
+    if checkpoint_id is None:
+        raise ValueError(
+            "put_writes needs the checkpoint the task was planned from: pass the config "
+            "returned by put() (it has configurable.checkpoint_id)."
+        )
+    return thread_id, ns, checkpoint_id
+
+
+def before_id(before: Mapping[str, Any] | None) -> str | None:
+    """The checkpoint id ``list(before=...)`` names (its thread is not needed)."""
+    if before is None:
+        return None
+    checkpoint_id = (before.get("configurable") or {}).get(CHECKPOINT_ID)
+    return None if checkpoint_id is None else str(checkpoint_id)
+
+
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
     """Whether every key of ``filter`` has the same value in ``metadata``."""
     return not filter or all(metadata.get(k) == v for k, v in filter.items())

@@ -23,10 +23,12 @@ from bulksync.checkpoint.base import (
     Checkpoint,
     CheckpointTuple,
     Serde,
+    before_id,
     checkpoint_config,
     config_thread,
     metadata_matches,
     write_index,
+    write_target,
     writes_sort_key,
 )
 from bulksync.checkpoint.serde import (
@@ -36,7 +38,6 @@ from bulksync.checkpoint.serde import (
     loads_checkpoint,
     loads_metadata,
 )
-from bulksync.constants import CHECKPOINT_ID
 
 _Key = tuple[str, str, str]  # (thread id, namespace, checkpoint id)
 _Write = tuple[str, bytes, str]  # (channel, value bytes, task path)
@@ -61,29 +62,6 @@ class _Raw(NamedTuple):
     writes: list[tuple[str, str, bytes]]
 
 
-def write_target(config: Mapping[str, Any]) -> _Key:
-    """``(thread, ns, checkpoint id)`` that ``put_writes`` records against.
-
-    Raises:
-        ValueError: when the config names no checkpoint.
-    """
-    thread_id, ns, checkpoint_id = config_thread(config)
-    if checkpoint_id is None:
-        raise ValueError(
-            "put_writes needs the checkpoint the task was planned from: pass the config "
-            "returned by put() (it has configurable.checkpoint_id)."
-        )
-    return thread_id, ns, checkpoint_id
-
-
-def before_id(before: Mapping[str, Any] | None) -> str | None:
-    """The checkpoint id ``list(before=...)`` names (its thread is not needed)."""
-    if before is None:
-        return None
-    checkpoint_id = (before.get("configurable") or {}).get(CHECKPOINT_ID)
-    return None if checkpoint_id is None else str(checkpoint_id)
-
-
 class InMemorySaver:
     """A ``CheckpointSaver`` that keeps everything in this process's memory."""
 
@@ -93,10 +71,6 @@ class InMemorySaver:
         self._checkpoints: dict[tuple[str, str], dict[str, _Stored]] = {}
         self._blobs: dict[tuple[str, str, str, int], bytes | None] = {}
         self._writes: dict[_Key, dict[tuple[str, int], _Write]] = {}
-
-    def get_next_version(self, current: int | None) -> int:
-        """The version after ``current`` (1 for a channel never written)."""
-        return 1 if current is None else current + 1
 
     def get_tuple(self, config: Mapping[str, Any]) -> CheckpointTuple | None:
         """The checkpoint named by ``configurable.checkpoint_id``, else the thread's latest."""

@@ -34,13 +34,14 @@ from bulksync.checkpoint.base import (
     Checkpoint,
     CheckpointTuple,
     Serde,
+    before_id,
     checkpoint_config,
     config_thread,
     metadata_matches,
     write_index,
+    write_target,
     writes_sort_key,
 )
-from bulksync.checkpoint.memory import before_id, write_target
 from bulksync.checkpoint.serde import (
     MsgpackSerde,
     dumps_checkpoint,
@@ -126,10 +127,6 @@ class SqliteSaver:
         """Apply the migrations this database lacks; runs by itself on first use."""
         with self._lock:
             self._setup()
-
-    def get_next_version(self, current: int | None) -> int:
-        """The version after ``current`` (1 for a channel never written)."""
-        return 1 if current is None else current + 1
 
     def get_tuple(self, config: Mapping[str, Any]) -> CheckpointTuple | None:
         """The checkpoint named by ``configurable.checkpoint_id``, else the thread's latest."""

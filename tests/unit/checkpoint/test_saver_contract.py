@@ -387,12 +387,6 @@ def test_returned_values_are_copies(saver: CheckpointSaver) -> None:
     assert again.metadata["m"] == [1]
 
 
-def test_get_next_version(saver: CheckpointSaver) -> None:
-    next_version = saver.get_next_version  # type: ignore[attr-defined]
-    assert next_version(None) == 1
-    assert next_version(41) == 42
-
-
 def test_concurrent_writers_on_one_saver(saver: CheckpointSaver) -> None:
     config = put_chain(saver, thread(), 1)[0]
     errors: list[BaseException] = []
