@@ -285,7 +285,7 @@ class CompiledStateGraph:
 
     def get_graph(self, config: Mapping[str, Any] | None = None, *, xray: bool = False) -> Any:
         """The graph's drawable structure (``.draw_mermaid()``)."""
-        from bulksync.graph.state import builder_drawable
+        from bulksync.graph.layout import builder_drawable
 
         return builder_drawable(self.builder, self.spec)
 

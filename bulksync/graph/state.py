@@ -2,9 +2,8 @@
 
 Nodes read and write one shared state whose keys are channels (``graph/schema.py``). Each node
 ``X`` runs when its trigger ``branch:to:X`` fires; edges, conditional edges and ``Command``
-gotos fire it (``graph/writers.py``). ``build_spec`` does the compilation ``compile`` wraps.
-Validation is stricter than LangGraph's: on top of its checks, a node that nothing can reach
-from START is an error.
+gotos fire it (``graph/writers.py``). ``build_spec`` does the compilation ``compile`` wraps;
+``graph/validation.py`` checks the structure and ``graph/layout.py`` lays out ``get_graph()``.
 """
 
 from __future__ import annotations
@@ -14,10 +13,10 @@ import logging
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
-from bulksync.channels.base import MISSING, BaseChannel
+from bulksync.channels.base import BaseChannel
 from bulksync.channels.last_value import LastValue
 from bulksync.constants import END, NS_END, NS_SEP, RESERVED, START
-from bulksync.coordinator.spec import GraphSpec, Write
+from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import InvalidGraphError
 from bulksync.graph.branch import Branch
 from bulksync.graph.schema import (
@@ -30,12 +29,12 @@ from bulksync.graph.schema import (
     may_return_command,
     schema_channels,
 )
-from bulksync.graph.writers import branch_channel, compile_nodes, trigger_layout
+from bulksync.graph.validation import check_reachable, check_structure
+from bulksync.graph.writers import compile_nodes
 from bulksync.types import RetryPolicy
 
 if TYPE_CHECKING:
     from bulksync.graph.compiled import CompiledStateGraph
-    from bulksync.graph.drawing import DrawableGraph, DrawEdge
 
 logger = logging.getLogger(__name__)
 
@@ -272,8 +271,8 @@ class StateGraph(Generic[StateT]):
             InvalidGraphError: an edge or branch names an unknown node, there is no entry
                 point, a breakpoint names an unknown node, or a node cannot be reached.
         """
-        _check_structure(self, interrupt or ())
-        _check_reachable(self)
+        check_structure(self, interrupt or ())
+        check_reachable(self)
         self.compiled = True
         return self
 
@@ -316,78 +315,6 @@ def _check_node_name(name: str, nodes: Mapping[str, Any]) -> None:
             raise InvalidGraphError(
                 f"'{character}' is a reserved character and is not allowed in the node names."
             )
-
-
-def _check_structure(builder: StateGraph[Any], interrupt: Sequence[str]) -> None:
-    """LangGraph's checks: known edge ends, an entry point, known breakpoints."""
-    nodes = builder.nodes
-    joins = [(s, e) for starts, e in builder.waiting_edges_in_order for s in starts]
-    edges = [*builder.edges_in_order, *joins]
-    sources = [s for s, _ in edges] + list(builder.branches) + [n for n in nodes if nodes[n].ends]
-    for source in sources:
-        if source not in nodes and source != START:
-            raise InvalidGraphError(
-                f"Found edge starting at unknown node '{source}'; add it with "
-                f"add_node('{source}', ...) or remove the edge."
-            )
-    if START not in sources:
-        raise InvalidGraphError(
-            "Graph must have an entrypoint: add at least one edge from START to another node"
-        )
-    targets = [e for _, e in edges] + [end for n in nodes for end in nodes[n].ends]
-    for start, branches in builder.branches.items():
-        for cond, branch in branches.items():
-            for end in (branch.ends or {}).values():
-                if end not in nodes and end != END:
-                    raise InvalidGraphError(
-                        f"At '{start}' node, '{cond}' branch found unknown target '{end}'; "
-                        "fix its path_map or add the node."
-                    )
-    for target in targets:
-        if target not in nodes and target != END:
-            raise InvalidGraphError(
-                f"Found edge ending at unknown node `{target}`; add it with add_node first."
-            )
-    for name in interrupt:
-        if name not in nodes:
-            raise InvalidGraphError(f"Interrupt node `{name}` not found")
-
-
-def _check_reachable(builder: StateGraph[Any]) -> None:
-    """Raise for nodes no path from START can reach (LangGraph would silently never run them)."""
-    successors: dict[str, set[str]] = {key: set() for key in (START, *builder.nodes)}
-    anywhere = {key for key, node in builder.nodes.items() if node.routes_anywhere}
-    for start, end in builder.edges_in_order:
-        successors.setdefault(start, set()).add(end)
-    for starts, end in builder.waiting_edges_in_order:
-        for start in starts:
-            successors[start].add(end)
-    for source, branches in builder.branches.items():
-        for branch in branches.values():
-            if branch.ends is None:
-                anywhere.add(source)
-            else:
-                successors.setdefault(source, set()).update(branch.ends.values())
-    for key, node in builder.nodes.items():
-        successors[key].update(node.ends)
-    reached, frontier = {START}, [START]
-    while frontier:
-        current = frontier.pop()
-        if current in anywhere:
-            return
-        for target in successors.get(current, ()):
-            if target not in reached:
-                reached.add(target)
-                frontier.append(target)
-    lost = [key for key in builder.nodes if key not in reached]
-    if lost:
-        raise InvalidGraphError(
-            f"Node(s) {lost} cannot be reached from START: no edge, conditional edge or "
-            "declared destination leads there. Connect them with add_edge or a conditional "
-            "edge's path_map; for a node whose Command(goto=...) goes there, pass "
-            "add_node(..., destinations=...) or annotate it -> Command[Literal[...]]; or remove "
-            "them."
-        )
 
 
 def _retry_policies(policy: RetryPolicy | Sequence[RetryPolicy] | None) -> tuple[RetryPolicy, ...]:
@@ -438,208 +365,3 @@ def build_spec(
         interrupt_after=after,
         state_keys=all_keys,
     )
-
-
-def builder_drawable(builder: StateGraph[Any], spec: GraphSpec | None = None) -> DrawableGraph:
-    """The drawing LangGraph's ``get_graph()`` makes of ``builder`` (compiled as ``spec``).
-
-    Like LangGraph, it runs the graph on its triggers alone: each node fires its static edges,
-    and declares its conditional ones (path maps, ``destinations``, ``Command[Literal]``
-    returns) once; an edge is drawn from each writer of a trigger to the node it wakes.
-    A conditional edge with no path map therefore draws nothing.
-    """
-    from bulksync.graph.drawing import DrawableGraph
-
-    spec = spec if spec is not None else build_spec(builder)
-    _, _, regular = trigger_layout(builder)
-    declared = {key: _declared_writes(builder, key) for key in regular}
-    edges, last_step = _TriggerRun(spec).discover(regular, declared)
-    metadata: dict[str, dict[str, object]] = {}
-    for key, node in builder.nodes.items():
-        meta: dict[str, object] = dict(node.metadata or {})
-        if node.defer:
-            meta["defer"] = True
-        # "*" is a str, so `in` tests for a substring there, as in LangGraph: no node matches.
-        when = [
-            w
-            for w, nodes in (("before", spec.interrupt_before), ("after", spec.interrupt_after))
-            if key in nodes
-        ]
-        if when:
-            meta["__interrupt"] = ",".join(when)
-        tools = getattr(node.action, "tools_by_name", None)
-        if isinstance(tools, Mapping) and tools:
-            meta["__tools"] = list(tools)
-        if meta:
-            metadata[key] = meta
-    return DrawableGraph.assemble(
-        list(spec.nodes), edges, metadata=metadata, last_step_nodes=last_step
-    )
-
-
-_Declared = list[list[tuple[str, str | None]]]
-_Trigger = tuple[str, bool, str | None]  # (channel or source node, conditional, label)
-
-
-def _declared_writes(builder: StateGraph[Any], key: str) -> _Declared:
-    """Per writer of ``key`` (its destinations, then each mapped branch): target, label."""
-    groups: _Declared = []
-    node = builder.nodes.get(key)
-    if node is not None and node.ends:
-        pairs = node.ends.items() if isinstance(node.ends, dict) else ((e, None) for e in node.ends)
-        groups.append([(_channel_or_end(e), label) for e, label in pairs])
-    for branch in builder.branches.get(key, {}).values():
-        if branch.ends:
-            groups.append([(_channel_or_end(e), str(k)) for k, e in branch.ends.items()])
-    return groups
-
-
-def _channel_or_end(target: str) -> str:
-    return target if target == END else branch_channel(target)
-
-
-class _TriggerRun:
-    """LangGraph's ``draw_graph`` loop: supersteps over the trigger channels only."""
-
-    LIMIT = 250
-
-    def __init__(self, spec: GraphSpec) -> None:
-        self.spec = spec
-        self.live = {c: spec.channels[c].from_checkpoint(MISSING) for c in spec.trigger_to_nodes}
-        self.versions: dict[str, int] = {}
-        self.seen: dict[str, dict[str, int]] = {}
-        self.edges: set[DrawEdge] = set()
-        self.sources: dict[str, set[_Trigger]] = {}  # node -> what it wrote, latest run
-        self.declared: dict[str, set[_Trigger]] = {}  # node -> conditional writes it declared
-        self.used: set[tuple[str, int]] = set()  # declared groups already applied
-
-    def discover(
-        self, regular: Mapping[str, list[Write]], declared: Mapping[str, _Declared]
-    ) -> tuple[set[DrawEdge], list[str]]:
-        """The edges found and the nodes that ran in the last simulated step."""
-        step_sources: dict[str, set[_Trigger]] = {}
-        tasks = self._plan(self._apply([], {START: [(START, {})]}))
-        for _ in range(self.LIMIT + 1):
-            if not tasks:
-                break
-            writes, conditional = self._step_writes(tasks, regular, declared)
-            step_sources = {
-                task: {
-                    (c, (task, c) in conditional and v is None, conditional.get((task, c)))
-                    for c, v in writes[task]
-                }
-                | self.declared.get(task, set())
-                for task in tasks
-            }
-            self.sources.update(step_sources)
-            by_trigger: dict[str, set[_Trigger]] = {}
-            for source, found in self.sources.items():
-                for channel, cond, label in found:
-                    by_trigger.setdefault(channel, set()).add((source, cond, label))
-            tasks = self._plan(self._apply(tasks, writes))
-            for task in tasks:
-                self._draw_wake(task, by_trigger, step_sources)
-        return self.edges, list(step_sources)
-
-    def _step_writes(
-        self,
-        tasks: list[str],
-        regular: Mapping[str, list[Write]],
-        declared: Mapping[str, _Declared],
-    ) -> tuple[dict[str, list[Write]], dict[tuple[str, str], str | None]]:
-        """Each task's writes: its static edges, plus its declared ones on its first run."""
-        from bulksync.graph.drawing import DrawEdge
-
-        writes: dict[str, list[Write]] = {}
-        conditional: dict[tuple[str, str], str | None] = {}
-        for task in tasks:
-            writes[task] = list(regular[task])
-            for index, group in enumerate(declared[task]):
-                if (task, index) in self.used:
-                    continue
-                self.used.add((task, index))
-                for channel, label in group:
-                    if channel == END:
-                        self.edges.add(DrawEdge(task, END, True, label))
-                        continue
-                    conditional[(task, channel)] = label
-                    self.declared.setdefault(task, set()).add((channel, True, label))
-                    writes[task].append((channel, None))
-        return writes, conditional
-
-    def _draw_wake(
-        self,
-        task: str,
-        by_trigger: Mapping[str, set[_Trigger]],
-        step_sources: Mapping[str, set[_Trigger]],
-    ) -> None:
-        """Edges into ``task`` from every writer of its triggers (all last-step nodes if none)."""
-        from bulksync.graph.drawing import DrawEdge
-
-        added = False
-        for trigger in self.spec.nodes[task].triggers:
-            for source, cond, label in sorted(by_trigger.get(trigger, ()), key=_sort_key):
-                self.edges.add(DrawEdge(source, task, cond, label))
-                if (trigger, cond, label) in step_sources.get(source, ()):
-                    added = True
-                else:
-                    self.sources[source].discard((trigger, cond, label))
-        if not added:
-            self.edges.update(DrawEdge(source, task, True, None) for source in step_sources)
-
-    def _plan(self, updated: set[str]) -> list[str]:
-        if updated:
-            woken = {n for c in updated for n in self.spec.trigger_to_nodes.get(c, ())}
-            candidates: list[str] = sorted(woken)
-        else:
-            candidates = list(self.spec.nodes)
-        return [n for n in candidates if self._fires(n)]
-
-    def _fires(self, node: str) -> bool:
-        seen = self.seen.get(node)
-        return any(
-            self.live[c].is_available()
-            and (seen is None or self.versions.get(c, 0) > seen.get(c, 0))
-            for c in self.spec.nodes[node].triggers
-        )
-
-    def _apply(self, tasks: list[str], writes: Mapping[str, list[Write]]) -> set[str]:
-        """LangGraph's ``apply_writes``, restricted to trigger channels."""
-        bump = bool(tasks)
-        for task in tasks:
-            mine = self.spec.nodes[task].triggers
-            self.seen.setdefault(task, {}).update(
-                {c: self.versions[c] for c in mine if c in self.versions}
-            )
-        version = max(self.versions.values(), default=0) + 1
-        updated: set[str] = set()
-
-        def bumped(channel: str, changed: bool) -> None:
-            if changed:
-                self.versions[channel] = version
-                if self.live[channel].is_available():
-                    updated.add(channel)
-
-        for channel in sorted({c for task in tasks for c in self.spec.nodes[task].triggers}):
-            if self.live[channel].consume():
-                self.versions[channel] = version
-        grouped: dict[str, list[Any]] = {}
-        for task in sorted(writes):
-            for channel, value in writes[task]:
-                if channel in self.live:
-                    grouped.setdefault(channel, []).append(value)
-        for channel, values in grouped.items():
-            bumped(channel, self.live[channel].update(values))
-        if bump:
-            for channel, live in self.live.items():
-                if live.is_available() and channel not in updated:
-                    bumped(channel, live.update([]))
-            if updated.isdisjoint(self.spec.trigger_to_nodes):
-                for channel, live in self.live.items():
-                    bumped(channel, live.finish())
-        return updated
-
-
-def _sort_key(found: tuple[str, bool, str | None]) -> tuple[str, bool, bool, str]:
-    source, cond, label = found
-    return (source, cond, label is not None, label or "")

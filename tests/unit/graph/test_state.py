@@ -17,8 +17,9 @@ from bulksync.channels.topic import Topic
 from bulksync.constants import END, START, TASKS
 from bulksync.errors import InvalidGraphError, InvalidUpdateError
 from bulksync.graph.drawing import DrawEdge
+from bulksync.graph.layout import builder_drawable
 from bulksync.graph.schema import SchemaCoercer
-from bulksync.graph.state import StateGraph, build_spec, builder_drawable
+from bulksync.graph.state import StateGraph, build_spec
 from bulksync.types import Command, RetryPolicy, Send
 
 
