@@ -237,8 +237,9 @@ class SuperstepLoop:
             versions_seen=self.versions.versions_seen,
         )
 
-    def _apply_input(self, value: Any) -> None:
-        discard = prepare_next_tasks(
+    def _plan(self) -> dict[str, Task]:
+        """The tasks of the current step, from the live versions."""
+        return prepare_next_tasks(
             self.spec,
             self._current(),
             self.channels,
@@ -246,6 +247,9 @@ class SuperstepLoop:
             self.checkpoint_ns,
             self.updated_channels,
         )
+
+    def _apply_input(self, value: Any) -> None:
+        discard = self._plan()
         self.updated_channels = apply_writes(
             self.versions,
             self.channels,
@@ -321,14 +325,7 @@ class SuperstepLoop:
         if self.step > self.stop:
             self.status = "out_of_steps"
             return False
-        self.tasks = prepare_next_tasks(
-            self.spec,
-            self._current(),
-            self.channels,
-            self.step,
-            self.checkpoint_ns,
-            self.updated_channels,
-        )
+        self.tasks = self._plan()
         self.task_writes = {}
         self._emit_checkpoint()
         if not self.tasks:

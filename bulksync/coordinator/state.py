@@ -183,31 +183,25 @@ def update_state(
     step = int(saved.metadata.get("step", -2)) + 1
     if as_node == "__copy__":
         return _commit(
-            spec,
             saver,
             saved,
             saved.parent_config or _unaddressed(saved),
             None,
             "fork",
             step,
-            None,
             config,
         )
     channels, versions = load_channels(spec, saved)
     tasks = plan_after(spec, saved, channels)
     if as_node == END and values is None:
         done = [TaskWrites(t.name, t.path, (), t.triggers) for t in tasks.values()]
-        updated = apply_writes(versions, channels, done, spec.trigger_to_nodes)
-        return _commit(
-            spec, saver, saved, saved.config, (channels, versions), "update", step, updated, config
-        )
+        apply_writes(versions, channels, done, spec.trigger_to_nodes)
+        return _commit(saver, saved, saved.config, (channels, versions), "update", step, config)
     if as_node == "__input__":
         # Pending tasks stay scheduled: the input runs beside them in the next step.
         done = [TaskWrites("__input__", (), [(spec.input_channels, values)])]
-        updated = apply_writes(versions, channels, done, spec.trigger_to_nodes)
-        return _commit(
-            spec, saver, saved, saved.config, (channels, versions), "input", step, updated, config
-        )
+        apply_writes(versions, channels, done, spec.trigger_to_nodes)
+        return _commit(saver, saved, saved.config, (channels, versions), "input", step, config)
     node_name = as_node if as_node is not None else infer_as_node(spec, saved)
     if node_name not in spec.nodes:
         raise InvalidUpdateError(
@@ -219,15 +213,13 @@ def update_state(
     if planned is not None:
         saver.put_writes(saved.config, writes, planned.id, stream.task_path_key(planned))
     path = planned.path if planned else ("__pregel_pull", node_name)
-    updated = apply_writes(
+    apply_writes(
         versions,
         channels,
         [TaskWrites(node_name, path, writes, (INTERRUPT,))],
         spec.trigger_to_nodes,
     )
-    return _commit(
-        spec, saver, saved, saved.config, (channels, versions), "update", step, updated, config
-    )
+    return _commit(saver, saved, saved.config, (channels, versions), "update", step, config)
 
 
 def node_writes(spec: GraphSpec, node: str, values: Any, saved: CheckpointTuple) -> list[Write]:
@@ -255,14 +247,12 @@ def _unaddressed(saved: CheckpointTuple) -> dict[str, Any]:
 
 
 def _commit(
-    spec: GraphSpec,
     saver: CheckpointSaver,
     saved: CheckpointTuple,
     parent: Mapping[str, Any],
     state: tuple[Channels, Versions] | None,
     source: str,
     step: int,
-    updated: set[str] | None,
     config: Mapping[str, Any],
 ) -> dict[str, Any]:
     if state is None:
