@@ -7,9 +7,9 @@ run on a private event loop in their thread. Results are delivered as tasks fini
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 from bulksync.coordinator.executor import StepInput, TaskResult
 from bulksync.coordinator.plan import Task
@@ -35,10 +35,11 @@ class LocalStep:
 
 
 class LocalExecutor:
-    """Runs tasks on threads; one pool per executor, shared by nested subgraph loops.
+    """Runs each step's tasks on a thread pool of this process.
 
-    ``max_concurrency`` bounds the threads of one step (``config["max_concurrency"]``);
-    nested steps get their own slots, so a subgraph never waits for its parent's threads.
+    A step gets at most ``config["max_concurrency"]`` threads (also read from
+    ``configurable``), else this executor's ``max_concurrency``; nested subgraph steps get
+    pools of their own, so a subgraph never waits for its parent's threads.
     """
 
     def __init__(self, max_concurrency: int | None = None) -> None:
@@ -51,21 +52,30 @@ class LocalExecutor:
         tasks: Sequence[Task],
         deliver: Callable[[TaskResult], None],
     ) -> LocalStep:
-        """Start ``tasks`` on a pool of at most ``max_concurrency`` threads."""
-        workers = max(1, min(self.max_concurrency, len(tasks)))
+        """Start ``tasks`` on a pool bounded by the run's ``max_concurrency``."""
+        workers = max(1, min(step_concurrency(step.config, self.max_concurrency), len(tasks)))
         pool = ThreadPoolExecutor(workers, thread_name_prefix=f"bulksync-{spec.name}")
-        remaining = [len(tasks)]
-        lock = threading.Lock()
 
         def one(task: Task) -> None:
-            try:
-                deliver(run_task(spec, task, step))
-            finally:
-                with lock:
-                    remaining[0] -= 1
-                    done = remaining[0] == 0
-                if done:
-                    pool.shutdown(wait=False)
+            deliver(run_task(spec, task, step))
 
         futures = [pool.submit(one, t) for t in tasks]
+        # Queued tasks still run after shutdown(wait=False); the threads exit once they drain.
+        pool.shutdown(wait=False)
         return LocalStep(futures)
+
+
+def step_concurrency(config: Mapping[str, Any], default: int) -> int:
+    """The thread bound a run asks for (``max_concurrency``, top level or configurable).
+
+    Raises:
+        ValueError: a bound that is not a positive integer.
+    """
+    value = config.get("max_concurrency")
+    if value is None:
+        value = (config.get("configurable") or {}).get("max_concurrency")
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"max_concurrency must be an integer >= 1, got {value!r}.")
+    return value
