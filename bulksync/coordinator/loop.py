@@ -45,6 +45,7 @@ from bulksync.coordinator.apply import (
 )
 from bulksync.coordinator.commands import command_writes, is_resume_map
 from bulksync.coordinator.executor import Executor, StepInput, StreamSink, TaskResult
+from bulksync.coordinator.nested import NestedInfo, start_subgraph_task
 from bulksync.coordinator.options import RunOptions, checkpoint_metadata
 from bulksync.coordinator.plan import Task, prepare_next_tasks, should_interrupt
 from bulksync.coordinator.spec import GraphSpec, Write
@@ -353,8 +354,6 @@ class SuperstepLoop:
         todo = [t for t in self.tasks.values() if t.id not in self.task_writes]
         if not todo:
             return
-        from bulksync.coordinator.nested import start_subgraph_task
-
         results: queue.Queue[TaskResult] = queue.Queue()
         plain = [t for t in todo if self.spec.nodes[t.name].subgraph is None]
         step_input = self._step_input()
@@ -379,8 +378,6 @@ class SuperstepLoop:
             raise GraphInterrupt(tuple(self.interrupts))
 
     def _step_input(self) -> StepInput:
-        from bulksync.coordinator.nested import NestedInfo
-
         resume = {
             tid: list(s.resume)
             for tid, s in read_task_statuses(self.pending_writes).items()

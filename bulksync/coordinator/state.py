@@ -16,6 +16,7 @@ from bulksync.channels.base import MISSING, BaseChannel
 from bulksync.checkpoint.base import CheckpointSaver, CheckpointTuple
 from bulksync.checkpoint.serde import StoredError
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, END, INTERRUPT, NULL_TASK_ID, RETURN
+from bulksync.context import NullResume
 from bulksync.coordinator import stream
 from bulksync.coordinator.apply import (
     TaskWrites,
@@ -32,6 +33,7 @@ from bulksync.coordinator.spec import GraphSpec, Write
 from bulksync.coordinator.status import TaskStatus, read_task_statuses
 from bulksync.errors import InvalidUpdateError
 from bulksync.types import PregelTask, StateSnapshot
+from bulksync.workers.execute import StateReader
 
 Channels = dict[str, BaseChannel[Any, Any]]
 
@@ -224,9 +226,6 @@ def update_state(
 
 def node_writes(spec: GraphSpec, node: str, values: Any, saved: CheckpointTuple) -> list[Write]:
     """What ``node``'s writer makes of ``values`` (updates, edges, branches)."""
-    from bulksync.context import NullResume
-    from bulksync.workers.execute import StateReader
-
     step = StepInput(
         channel_values=dict(saved.checkpoint.channel_values),
         config={},

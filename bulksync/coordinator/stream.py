@@ -14,8 +14,9 @@ from typing import Any
 
 from bulksync.channels.base import BaseChannel
 from bulksync.constants import ERROR, INTERRUPT, RETURN
-from bulksync.coordinator.plan import Task
+from bulksync.coordinator.plan import Task, task_path_str
 from bulksync.coordinator.spec import Write
+from bulksync.coordinator.status import read_task_statuses
 from bulksync.types import Interrupt
 
 Keys = Sequence[str] | str
@@ -111,8 +112,6 @@ def debug_event(kind: str, step: int, payload: Any) -> dict[str, Any]:
 
 def task_path_key(task: Task) -> str:
     """The path a task's pending writes are sorted by."""
-    from bulksync.coordinator.plan import task_path_str
-
     return task_path_str(task.path)
 
 
@@ -126,8 +125,6 @@ def checkpoint_payload(
     keys: Keys,
 ) -> dict[str, Any]:
     """The ``checkpoints`` payload for the checkpoint a step plans from."""
-    from bulksync.coordinator.status import read_task_statuses
-
     statuses = read_task_statuses(w for w in pending_writes if w[0] in {t.id for t in tasks})
     wanted = {keys} if isinstance(keys, str) else set(keys)
     entries = []

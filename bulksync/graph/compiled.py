@@ -8,6 +8,7 @@ queue, so ``custom`` chunks and subgraph events arrive while the step is still r
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -23,6 +24,7 @@ from bulksync.coordinator.nested import invoke_nested
 from bulksync.coordinator.options import RunOptions, validate_recursion_limit
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import GraphInterrupt
+from bulksync.graph.layout import builder_drawable
 from bulksync.types import StateSnapshot
 from bulksync.workers.local import LocalExecutor
 
@@ -285,8 +287,6 @@ class CompiledStateGraph:
 
     def get_graph(self, config: Mapping[str, Any] | None = None, *, xray: bool = False) -> Any:
         """The graph's drawable structure (``.draw_mermaid()``)."""
-        from bulksync.graph.layout import builder_drawable
-
         return builder_drawable(self.builder, self.spec)
 
 
@@ -295,8 +295,6 @@ def _given(value: Sequence[str] | str | None, default: Sequence[str] | str) -> S
 
 
 def _default_recursion_limit() -> int:
-    import os
-
     value = os.environ.get("LANGGRAPH_DEFAULT_RECURSION_LIMIT")
     return int(value) if value else 10007
 
