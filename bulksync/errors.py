@@ -64,6 +64,26 @@ class TaskCancelledError(BulkSyncError):
     """Raised in place of a task's result when its run was cancelled."""
 
 
+class TaskTimeoutError(BulkSyncError, TimeoutError):
+    """Raised in place of a task's result when it ran longer than its node's timeout."""
+
+
+class UnknownGraphError(BulkSyncError, LookupError):
+    """Raised when a graph id names no graph a worker or coordinator loaded at start."""
+
+
+class LeaseLostError(BulkSyncError):
+    """Raised when a coordinator writes to a thread whose lease another coordinator holds."""
+
+
+class ThreadBusyError(BulkSyncError):
+    """Raised when a run is submitted with ``multitask_strategy="reject"`` to a busy thread."""
+
+
+class ServiceUnavailableError(BulkSyncError, ConnectionError):
+    """Raised when Redis, Postgres or the broker cannot be reached; names the URL to check."""
+
+
 class GraphBubbleUp(BulkSyncError):
     """Raised to unwind a node for control flow (interrupts, parent commands)."""
 
