@@ -157,7 +157,8 @@ def register_type(cls: C) -> C:
     return _register(_registry, cls)
 
 
-def _lookup_loaded(ref: str) -> object | None:
+def lookup_loaded(ref: str) -> object | None:
+    """The object ``module:qualname`` names in a module already imported (never imports)."""
     module_name, _, qualname = ref.partition(":")
     obj: object | None = sys.modules.get(module_name)
     for part in qualname.split("."):
@@ -393,7 +394,7 @@ class MsgpackSerde:
     def _resolve(self, ref: str, code: int) -> type:
         kind = _KIND_BY_CODE[code]
         cls = self._types.get(ref) or _registry.get(ref)
-        found = cls if cls is not None else _lookup_loaded(ref)
+        found = cls if cls is not None else lookup_loaded(ref)
         if isinstance(found, type) and _is_kind(found, code):
             return found
         module = ref.partition(":")[0]

@@ -60,11 +60,16 @@ class StepHandle(Protocol):
     """A step in flight."""
 
     def cancel(self) -> None:
-        """Stop tasks not yet started; results delivered after this are ignored."""
+        """Stop the step's unfinished tasks; each gets a ``TaskCancelledError`` result."""
 
 
 class Executor(Protocol):
-    """Runs a step's tasks and delivers each result once, in completion order."""
+    """Runs a step's tasks and delivers exactly one result per task, in completion order.
+
+    A task stopped by ``StepHandle.cancel`` (or by the run being cancelled) is delivered with
+    ``error=TaskCancelledError``; a task that outran its node's timeout with
+    ``TaskTimeoutError``.
+    """
 
     def submit(
         self,

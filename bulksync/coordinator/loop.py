@@ -56,6 +56,7 @@ from bulksync.errors import (
     GraphRecursionError,
     ParentCommand,
     SerializationError,
+    TaskCancelledError,
 )
 from bulksync.types import Command, Interrupt
 
@@ -364,6 +365,8 @@ class SuperstepLoop:
         failure: BaseException | None = None
         for _ in todo:
             result = results.get()
+            if failure is not None and isinstance(result.error, TaskCancelledError):
+                continue  # stopped because of the failure: it never ran, nothing to record
             error = self._record(self.tasks[result.task_id], result)
             if error is None and failure is None and len(todo) > 1:
                 self._flush()

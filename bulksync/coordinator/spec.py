@@ -61,6 +61,7 @@ class NodeSpec:
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     tags: tuple[str, ...] = ()
     queue: str | None = None
+    timeout: float | None = None
     is_async: bool = False
 
 

@@ -61,6 +61,7 @@ class StateNodeSpec:
     ends: tuple[str, ...] | dict[str, str] = ()
     defer: bool = False
     queue: str | None = None
+    timeout: float | None = None
     routes_anywhere: bool = False
 
 
@@ -139,20 +140,31 @@ class StateGraph(Generic[StateT]):
         retry_policy: RetryPolicy | Sequence[RetryPolicy] | None = None,
         destinations: dict[str, str] | tuple[str, ...] | None = None,
         queue: str | None = None,
+        timeout: float | None = None,
     ) -> Self:
         """Add a node running ``action`` (a function, callable object or compiled graph).
 
         Called with the action alone, the name is its ``__name__``, class name or graph name.
-        ``queue`` (bulksync only) routes the node's tasks to a worker pool.
+        ``queue`` (bulksync only) routes the node's tasks to a worker pool; ``timeout``
+        (bulksync only, seconds) fails a task of the node that runs longer on a cluster
+        worker with ``TaskTimeoutError``.
 
         Raises:
-            InvalidGraphError: the name is taken or reserved, or there is no action.
+            InvalidGraphError: the name is taken or reserved, there is no action, or the
+                timeout is not a positive number.
         """
         if not isinstance(node, str):
             node, action = _node_name(node), node
         if action is None:
             raise InvalidGraphError(f"add_node('{node}'): pass the function the node runs.")
         _check_node_name(node, self.nodes)
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise InvalidGraphError(
+                f"add_node('{node}'): timeout must be a positive number of seconds, "
+                f"got {timeout!r}."
+            )
         if self.compiled:
             logger.warning("Adding a node to a compiled graph; recompile to include it.")
         subgraph = action if isinstance(getattr(action, "spec", None), GraphSpec) else None
@@ -172,6 +184,7 @@ class StateGraph(Generic[StateT]):
             ends=ends or (),
             defer=defer,
             queue=queue,
+            timeout=timeout,
             routes_anywhere=subgraph is not None or (not ends and may_return_command(returned)),
         )
         return self

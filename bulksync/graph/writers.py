@@ -309,6 +309,7 @@ def compile_nodes(
             retry_policy=node.retry_policy,
             metadata=dict(node.metadata or {}),
             queue=node.queue,
+            timeout=node.timeout,
             is_async=node.is_async,
         )
     return channels, nodes

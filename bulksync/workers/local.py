@@ -14,6 +14,7 @@ from typing import Any
 from bulksync.coordinator.executor import StepInput, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec
+from bulksync.errors import TaskCancelledError
 from bulksync.workers.execute import run_task
 
 
@@ -25,13 +26,17 @@ def default_concurrency() -> int:
 class LocalStep:
     """A step running on the pool."""
 
-    def __init__(self, futures: list[Future[None]]) -> None:
+    def __init__(
+        self, futures: dict[str, Future[None]], deliver: Callable[[TaskResult], None]
+    ) -> None:
         self._futures = futures
+        self._deliver = deliver
 
     def cancel(self) -> None:
-        """Cancel the tasks that have not started."""
-        for fut in self._futures:
-            fut.cancel()
+        """Cancel the tasks that have not started (running threads cannot be stopped)."""
+        for task_id, fut in self._futures.items():
+            if fut.cancel():
+                self._deliver(TaskResult(task_id, error=TaskCancelledError(task_id)))
 
 
 class LocalExecutor:
@@ -59,10 +64,10 @@ class LocalExecutor:
         def one(task: Task) -> None:
             deliver(run_task(spec, task, step))
 
-        futures = [pool.submit(one, t) for t in tasks]
+        futures = {t.id: pool.submit(one, t) for t in tasks}
         # Queued tasks still run after shutdown(wait=False); the threads exit once they drain.
         pool.shutdown(wait=False)
-        return LocalStep(futures)
+        return LocalStep(futures, deliver)
 
 
 def step_concurrency(config: Mapping[str, Any], default: int) -> int:
