@@ -111,3 +111,9 @@ def build_demo_graph() -> StateGraph[JokeState]:
 def demo_input(fanout: int, topics: Sequence[str] = DEFAULT_TOPICS) -> JokeState:
     """The input ``bulksync demo`` starts a run with."""
     return JokeState(topics=list(topics), fanout=fanout)
+
+
+graph = build_demo_graph().compile()
+"""The demo graph compiled without a checkpointer: ``bulksync worker --graph bulksync.demo``
+and ``bulksync coordinator --graph bulksync.demo`` serve it as ``bulksync.demo:graph`` (the
+coordinator gives it its Postgres checkpointer)."""

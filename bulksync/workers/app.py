@@ -1,0 +1,65 @@
+"""The Celery app bulksync workers consume from and coordinators publish to.
+
+Settings chosen for correctness first:
+
+- **msgpack** messages (kombu's serializer; JSON and pickle are refused);
+- **late acks** and **reject on worker lost**: a message is acknowledged after its tasks ran,
+  and a worker process killed mid-task puts its message back for another worker (results
+  are keyed by task id and the first one wins, so running twice records once);
+- **prefetch 1** per pool slot, so a long node never holds back messages another slot could
+  take (small tasks are batched per message instead);
+- **task events on**, including "sent", so Flower shows queued tasks under their node names;
+- **no result backend**: results go to Redis keys the coordinator blocks on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from celery.worker.consumer import Consumer
+
+from bulksync.settings import Settings
+
+
+def make_app(settings: Settings) -> Celery:
+    """A Celery app for ``settings``'s broker (Redis or RabbitMQ, by URL)."""
+    app = Celery("bulksync", broker=settings.broker_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="msgpack",
+        accept_content=["msgpack"],
+        result_backend=None,
+        task_ignore_result=True,
+        task_store_errors_even_if_ignored=False,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_default_queue=settings.queue,
+        task_create_missing_queues=True,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout},
+        worker_consumer="bulksync.workers.app:BulkSyncConsumer",
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+class BulkSyncConsumer(Consumer):  # type: ignore[misc]
+    """Celery's consumer, answering a message for a graph this worker did not load.
+
+    Celery would log and drop such a message, leaving its coordinator waiting; this one
+    records an ``UnknownGraphError`` result for each of its tasks, so the run fails at once
+    with a message naming the graph and the ``--graph`` option to load it.
+    """
+
+    def on_unknown_task(self, body: Any, message: Any, exc: Exception) -> None:
+        from bulksync.workers.node_task import current_runtime
+
+        runtime = current_runtime()
+        if runtime is not None and runtime.reject_unknown(message):
+            message.ack()
+            return
+        super().on_unknown_task(body, message, exc)
