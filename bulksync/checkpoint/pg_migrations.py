@@ -1,0 +1,243 @@
+"""The Postgres schema of bulksync: one append-only list of migrations for the whole database.
+
+The statements ``PostgresSaver`` runs live here too, below the migrations, so that a change
+to a table and to the SQL that reads it is made in one file.
+
+Every table bulksync keeps in Postgres is created here, whoever uses it, so a database has a
+single history recorded in ``bulksync_migrations (version, applied_at)``::
+
+    bulksync_checkpoints        one row per checkpoint: the record without channel values
+                                (``serde.dumps_checkpoint``, bytea), its parent's id, metadata
+                                (jsonb)
+    bulksync_checkpoint_blobs   one row per (thread, ns, channel, version): the channel's value
+                                (msgpack, bytea), written only when it changed; NULL = empty
+    bulksync_checkpoint_writes  pending writes keyed (thread, ns, checkpoint, task id, idx)
+    bulksync_thread_leases      which coordinator drives a thread, until when, and the fencing
+                                token its checkpoint commits are checked against
+    bulksync_check_lease()      the check a fenced commit runs first (``FENCE_SQL``)
+
+**Adding a migration** (for any module: the runs table too): append one SQL string at the end
+of ``MIGRATIONS``, written out here (importing it from the module that uses the table would
+make this module import that one). Its version is its position, counted from 1. Never edit,
+reorder or remove an entry that has shipped: databases record versions, not text. A string
+may hold several statements; each runs inside ``apply_migrations``'s transaction, so no
+``CONCURRENTLY``.
+
+Ids that ``list`` orders by are ``COLLATE "C"``: byte order, as in SQLite, whatever the
+database's locale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from psycopg import Connection
+from psycopg.rows import tuple_row
+
+from bulksync.checkpoint.base import before_id, config_thread
+
+LEASE_LOST_SQLSTATE = "BSL01"
+"""Raised by ``bulksync_check_lease`` when the lease has another token (detail: that token)."""
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1
+    """CREATE TABLE bulksync_checkpoints (
+        thread_id text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL DEFAULT '',
+        checkpoint_id text COLLATE "C" NOT NULL,
+        parent_checkpoint_id text COLLATE "C",
+        checkpoint bytea NOT NULL,
+        metadata jsonb NOT NULL DEFAULT '{}',
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+    )""",
+    # 2
+    """CREATE TABLE bulksync_checkpoint_blobs (
+        thread_id text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL DEFAULT '',
+        channel text COLLATE "C" NOT NULL,
+        version bigint NOT NULL,
+        blob bytea,
+        PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+    )""",
+    # 3
+    """CREATE TABLE bulksync_checkpoint_writes (
+        thread_id text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL DEFAULT '',
+        checkpoint_id text COLLATE "C" NOT NULL,
+        task_id text COLLATE "C" NOT NULL,
+        idx integer NOT NULL,
+        channel text NOT NULL,
+        blob bytea NOT NULL,
+        task_path text COLLATE "C" NOT NULL DEFAULT '',
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+    )""",
+    # 4: list(None) walks every thread newest first.
+    """CREATE INDEX bulksync_checkpoints_by_id
+        ON bulksync_checkpoints (checkpoint_id, thread_id, checkpoint_ns)""",
+    # 5
+    """CREATE TABLE bulksync_thread_leases (
+        thread_id text PRIMARY KEY,
+        owner text NOT NULL,
+        token bigint NOT NULL,
+        expires_at timestamptz NOT NULL
+    )""",
+    # 6: the fence of a checkpoint commit (see FENCE_SQL).
+    f"""CREATE FUNCTION bulksync_check_lease(p_thread_id text, p_token bigint)
+    RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE
+        current_token bigint;
+    BEGIN
+        SELECT token INTO current_token FROM bulksync_thread_leases
+            WHERE thread_id = p_thread_id FOR SHARE;
+        IF current_token IS DISTINCT FROM p_token THEN
+            RAISE EXCEPTION USING ERRCODE = '{LEASE_LOST_SQLSTATE}',
+                MESSAGE = 'bulksync: the lease of thread ' || p_thread_id || ' moved on',
+                DETAIL = coalesce(current_token::text, 'none');
+        END IF;
+    END $$""",
+)
+"""Schema steps, applied in order; append new ones, never edit or reorder (see above)."""
+
+# The lock is per schema, so databases holding several bulksync schemas (tests) do not queue.
+_LOCK_SQL = (
+    "SELECT pg_advisory_xact_lock(hashtextextended("
+    "'bulksync_migrations:' || coalesce(current_schema(), ''), 0))"
+)
+_CREATE_HISTORY_SQL = """CREATE TABLE IF NOT EXISTS bulksync_migrations (
+    version integer PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+
+
+def apply_migrations(conn: Connection[Any], migrations: Sequence[str] = MIGRATIONS) -> list[int]:
+    """Apply the ``migrations`` the database lacks, in order; return the versions applied.
+
+    One transaction holding an advisory lock: processes calling it at once apply each step
+    exactly once, and a failing step leaves the database as it was (nothing recorded).
+    """
+    applied: list[int] = []
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute(_LOCK_SQL)
+        cur.execute(_CREATE_HISTORY_SQL)
+        done = {row[0] for row in cur.execute("SELECT version FROM bulksync_migrations")}
+        for version, statement in enumerate(migrations, start=1):
+            if version in done:
+                continue
+            cur.execute(statement)
+            cur.execute(
+                "INSERT INTO bulksync_migrations (version, applied_at) VALUES (%s, now())",
+                (version,),
+            )
+            applied.append(version)
+    return applied
+
+
+# Statements PostgresSaver runs, next to the tables they touch.
+
+ROW_COLUMNS = "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata"
+PUT_BLOB_SQL = """INSERT INTO bulksync_checkpoint_blobs
+    (thread_id, checkpoint_ns, channel, version, blob) VALUES (%s, %s, %s, %s, %s)
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET blob = EXCLUDED.blob"""
+PUT_CHECKPOINT_SQL = f"""INSERT INTO bulksync_checkpoints ({ROW_COLUMNS})
+    VALUES (%s, %s, %s, %s, %s, %s::jsonb)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+    parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
+    checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata"""
+_PUT_WRITE_SQL = """INSERT INTO bulksync_checkpoint_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, blob, task_path)
+    VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO """
+KEEP_FIRST_SQL = _PUT_WRITE_SQL + "NOTHING"
+KEEP_LAST_SQL = _PUT_WRITE_SQL + (
+    "UPDATE SET channel = EXCLUDED.channel, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path"
+)
+BLOBS_SQL = """SELECT k.i, b.channel, b.blob
+    FROM unnest(%s::int[], %s::text[], %s::text[], %s::text[], %s::bigint[])
+      AS k(i, thread_id, checkpoint_ns, channel, version)
+    JOIN bulksync_checkpoint_blobs AS b
+      ON b.thread_id = k.thread_id AND b.checkpoint_ns = k.checkpoint_ns
+     AND b.channel = k.channel AND b.version = k.version"""
+WRITES_SQL = """SELECT k.i, w.task_id, w.idx, w.channel, w.blob, w.task_path
+    FROM unnest(%s::int[], %s::text[], %s::text[], %s::text[])
+      AS k(i, thread_id, checkpoint_ns, checkpoint_id)
+    JOIN bulksync_checkpoint_writes AS w
+      ON w.thread_id = k.thread_id AND w.checkpoint_ns = k.checkpoint_ns
+     AND w.checkpoint_id = k.checkpoint_id"""
+KEYSET_SQL = " AND (checkpoint_id, thread_id, checkpoint_ns) < (%s, %s, %s)"
+CHECKPOINT_TABLES = (
+    "bulksync_checkpoints",
+    "bulksync_checkpoint_blobs",
+    "bulksync_checkpoint_writes",
+)
+
+# Locks the lease row FOR SHARE until the commit ends (a takeover waits for it) and raises
+# LEASE_LOST_SQLSTATE unless the row carries the token: the commit's statements, sent in the
+# same pipeline segment (one implicit transaction), are then rolled back with it.
+FENCE_SQL = "SELECT bulksync_check_lease(%s, %s)"
+# Token kept while the same owner holds a live lease; any change of hands (or a re-acquire
+# after expiry or release) takes the next one.
+ACQUIRE_SQL = """INSERT INTO bulksync_thread_leases AS l (thread_id, owner, token, expires_at)
+    VALUES (%(thread)s, %(owner)s, 1, now() + make_interval(secs => %(ttl)s))
+    ON CONFLICT (thread_id) DO UPDATE SET
+      token = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > now()
+                   THEN l.token ELSE l.token + 1 END,
+      owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
+    WHERE l.owner = EXCLUDED.owner OR l.expires_at <= now()
+    RETURNING token"""
+RENEW_SQL = """UPDATE bulksync_thread_leases SET expires_at = now() + make_interval(secs => %s)
+    WHERE thread_id = %s AND owner = %s AND token = %s RETURNING token"""
+RELEASE_SQL = """UPDATE bulksync_thread_leases SET expires_at = '-infinity'
+    WHERE thread_id = %s AND owner = %s AND token = %s"""
+
+
+def list_where(
+    config: Mapping[str, Any] | None, before: Mapping[str, Any] | None
+) -> tuple[str, list[Any]]:
+    """The ``WHERE`` clause for ``list``'s config and ``before`` arguments."""
+    where = "TRUE"
+    params: list[Any] = []
+    if config is not None:
+        thread_id, ns, checkpoint_id = config_thread(config)
+        where += " AND thread_id = %s AND checkpoint_ns = %s"
+        params += [thread_id, ns]
+        if checkpoint_id is not None:
+            where += " AND checkpoint_id = %s"
+            params.append(checkpoint_id)
+    before_checkpoint = before_id(before)
+    if before_checkpoint is not None:
+        where += " AND checkpoint_id < %s"
+        params.append(before_checkpoint)
+    return where, params
+
+
+_NUMBER_SQL = (
+    " AND (CASE jsonb_typeof(metadata -> %s::text)"
+    " WHEN 'number' THEN (metadata ->> %s::text)::numeric"
+    " WHEN 'boolean' THEN (metadata -> %s::text = 'true')::int END) = %s::numeric"
+)
+
+
+def metadata_where(filter: Mapping[str, Any] | None) -> tuple[str, list[Any], bool]:
+    """SQL for the ``filter`` items jsonb can match exactly, and whether that was all of them.
+
+    Matches what ``metadata_matches`` does in Python: ``None`` also matches a missing key,
+    numbers and bools compare by value (``True == 1 == 1.0``), strings only equal strings.
+    Lists, dicts and numbers a float cannot hold exactly are matched in Python after reading.
+    """
+    where, exact = "", True
+    params: list[Any] = []
+    for key, value in (filter or {}).items():
+        if value is None:
+            where += " AND coalesce(metadata -> %s::text, 'null') = 'null'"
+            params.append(key)
+        elif isinstance(value, str):
+            where += " AND metadata -> %s::text = to_jsonb(%s::text)"
+            params += [key, value]
+        elif isinstance(value, bool | int | float) and abs(value) < 2**53:
+            where += _NUMBER_SQL
+            number = repr(float(value)) if isinstance(value, float) else str(int(value))
+            params += [key, key, key, number]
+        else:
+            exact = False
+    return where, params, exact

@@ -1,0 +1,417 @@
+"""``PostgresSaver``: checkpoints in Postgres through a psycopg 3 pool, and the thread lease.
+
+Tables, their migrations and the statements run against them are in ``pg_migrations.py``
+(``setup()`` applies the migrations; it runs by itself on first use). Storage follows
+``SqliteSaver``: a blob row only for the channels in ``new_versions`` (a (channel, version)
+put again is replaced: forks reuse versions); regular writes keep the first value (``ON
+CONFLICT DO NOTHING``), special writes the last (upsert). ``list`` reads a page of
+checkpoints, then the page's blobs and writes in one pipelined round trip, never one query per
+checkpoint.
+
+Each call borrows a pooled connection. A write sends all its statements as one pipeline
+segment, which Postgres runs as one transaction (committed at the segment's Sync on an
+autocommit connection, as ``from_conn_string`` makes them; else when the pool takes the
+connection back): a write is atomic and costs one round trip. Any failure rolls it all back.
+
+Metadata is jsonb: ``list(filter=...)`` matches strings, ``None`` and numbers/bools (by value,
+like Python's ``==``) in SQL; lists, dicts and numbers beyond 2**53 are matched in Python after
+reading. jsonb keeps numbers as ``numeric``, so a float written in exponent form (``1e+23``)
+reads back as an int, and it cannot hold NUL characters: such metadata is refused.
+
+**Lease and fencing.** ``bulksync_thread_leases`` has one row per thread: its owner, expiry
+and a fencing token that grows by one each time the lease changes hands. Rows are never
+deleted (not even by ``delete_thread``), so a token is never handed out twice. A view from
+``fenced(thread, token)`` commits checkpoints of that thread only while the lease row still
+carries ``token``: ``bulksync_check_lease`` locks the row ``FOR SHARE`` in the commit's own
+transaction, so a takeover waits for a commit in flight (and its new owner reads it), and
+raises when the token moved on, so a commit after a takeover writes nothing. Expiry alone
+refuses nothing; only a newer token does.
+
+``put_writes`` is not fenced: writes hang off a checkpoint already committed and are keyed by
+deterministic task ids, and regular ones keep the first value, so a stale coordinator can only
+record a result that task really produced from that checkpoint, which any owner would accept.
+Only ``put`` moves a thread forward, so only ``put`` could fork its chain.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copy
+import dataclasses
+import math
+import re
+import threading
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from bulksync.checkpoint import pg_migrations as pgm
+from bulksync.checkpoint.base import (
+    Checkpoint,
+    CheckpointTuple,
+    Serde,
+    checkpoint_config,
+    config_thread,
+    metadata_matches,
+    write_index,
+    write_target,
+    writes_sort_key,
+)
+from bulksync.checkpoint.pg_migrations import MIGRATIONS, apply_migrations
+from bulksync.checkpoint.serde import (
+    MsgpackSerde,
+    dumps_checkpoint,
+    dumps_metadata,
+    loads_checkpoint,
+)
+from bulksync.errors import LeaseLostError, SerializationError, ServiceUnavailableError
+
+__all__ = ["MIGRATIONS", "PAGE_SIZE", "PostgresSaver", "apply_migrations"]
+
+PAGE_SIZE = 100
+"""Checkpoints ``list`` reads per round of queries."""
+
+_Row = tuple[str, str, str, str | None, bytes, dict[str, Any]]
+_Write = tuple[str, int, str, bytes, str]
+
+
+@dataclasses.dataclass
+class _SetupState:
+    """Whether migrations ran, shared by a saver and its fenced views."""
+
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    done: bool = False
+
+
+class PostgresSaver:
+    """A ``CheckpointSaver`` storing threads in Postgres, with per-thread leases."""
+
+    def __init__(self, pool: ConnectionPool[Any], *, serde: Serde | None = None) -> None:
+        self.pool = pool
+        self.serde: Serde = serde if serde is not None else MsgpackSerde()
+        self._setup_state = _SetupState()
+        self._fence: tuple[str, int] | None = None
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(
+        cls,
+        url: str,
+        *,
+        max_size: int = 10,
+        serde: Serde | None = None,
+        connect_timeout: float = 10.0,
+    ) -> Iterator[PostgresSaver]:
+        """Open a pool of up to ``max_size`` connections for the ``with`` block, then close it.
+
+        Raises:
+            ServiceUnavailableError: when ``url`` is malformed or Postgres does not accept a
+                connection within ``connect_timeout`` seconds.
+        """
+        try:  # One plain connection first: it fails at once and says why (pools retry).
+            timeout = max(2, math.ceil(connect_timeout))
+            psycopg.connect(url, connect_timeout=timeout).close()
+        except psycopg.Error as exc:
+            raise _unavailable(url, str(exc)) from exc
+        pool: ConnectionPool[Any] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            open=False,
+            name="bulksync-postgres",
+        )
+        try:
+            pool.open(wait=True, timeout=connect_timeout)
+        except PoolTimeout as exc:
+            raise _unavailable(url, f"no connection within {connect_timeout} s") from exc
+        try:
+            yield cls(pool, serde=serde)
+        finally:
+            pool.close()
+
+    def setup(self) -> None:
+        """Apply the migrations this database lacks; runs by itself on first use."""
+        with self._setup_state.lock, self.pool.connection() as conn:
+            pgm.apply_migrations(conn, pgm.MIGRATIONS)
+            self._setup_state.done = True
+
+    def fenced(self, thread_id: str, token: int) -> PostgresSaver:
+        """A view on the same pool whose ``put`` for ``thread_id`` needs the lease's ``token``.
+
+        Its ``put`` raises ``LeaseLostError`` and writes nothing once the lease carries
+        another token; other threads and the other methods behave as on this saver.
+        """
+        view = copy.copy(self)
+        view._fence = (thread_id, token)
+        return view
+
+    def get_tuple(self, config: Mapping[str, Any]) -> CheckpointTuple | None:
+        """The checkpoint named by ``configurable.checkpoint_id``, else the thread's latest."""
+        thread_id, ns, checkpoint_id = config_thread(config)
+        sql = f"SELECT {pgm.ROW_COLUMNS} FROM bulksync_checkpoints WHERE thread_id = %s"
+        sql += " AND checkpoint_ns = %s"
+        params: builtins.list[Any] = [thread_id, ns]
+        if checkpoint_id is not None:
+            sql += " AND checkpoint_id = %s"
+            params.append(checkpoint_id)
+        found = self._read_page(sql + " ORDER BY checkpoint_id DESC LIMIT 1", params)
+        return found[0] if found else None
+
+    def list(
+        self,
+        config: Mapping[str, Any] | None,
+        *,
+        filter: Mapping[str, Any] | None = None,
+        before: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first; ``filter`` matches metadata keys, ``before`` a checkpoint id.
+
+        ``config`` names the thread and namespace (default ``""``) and optionally one
+        checkpoint; ``None`` lists every thread and namespace.
+        """
+        where, params = pgm.list_where(config, before)
+        filter_sql, filter_params, exact = pgm.metadata_where(filter)
+        where, params = where + filter_sql, params + filter_params
+        order = "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC"
+        left, after = limit, builtins.list[Any]()
+        while left is None or left > 0:
+            # Keyset paging: each page is a fresh query, so no cursor stays open across yields.
+            keyset = pgm.KEYSET_SQL if after else ""
+            size = min(left, PAGE_SIZE) if exact and left is not None else PAGE_SIZE
+            sql = f"SELECT {pgm.ROW_COLUMNS} FROM bulksync_checkpoints WHERE {where}{keyset}"
+            sql += f" {order} LIMIT {size}"
+            page = self._read_page(sql, [*params, *after])
+            for item in page:
+                if exact or metadata_matches(item.metadata, filter):
+                    yield item
+                    left = None if left is None else left - 1
+                    if left == 0:
+                        return
+            if len(page) < size:
+                return
+            conf = page[-1].config["configurable"]
+            after = [conf["checkpoint_id"], conf["thread_id"], conf["checkpoint_ns"]]
+
+    def put(
+        self,
+        config: Mapping[str, Any],
+        checkpoint: Checkpoint,
+        metadata: Mapping[str, Any],
+        new_versions: Mapping[str, int],
+    ) -> dict[str, Any]:
+        """Store ``checkpoint`` as the child of ``config``'s checkpoint; return its config.
+
+        Only channels in ``new_versions`` get a blob row; the others are read from the row
+        written when their current version was.
+
+        Raises:
+            LeaseLostError: on a ``fenced`` view, when another coordinator took the thread.
+        """
+        thread_id, ns, parent_id = config_thread(config)
+        values = checkpoint.channel_values
+        blobs = [
+            (thread_id, ns, ch, version, self.serde.dumps(values[ch]) if ch in values else None)
+            for ch, version in sorted(new_versions.items())  # one lock order for every put
+        ]
+        record = dumps_checkpoint(self.serde, checkpoint)
+        row = (thread_id, ns, checkpoint.id, parent_id, record, _metadata_json(metadata))
+        token = self._fence[1] if self._fence and self._fence[0] == thread_id else None
+        try:
+            with self._connection() as conn, conn.pipeline():
+                cur = conn.cursor()
+                if token is not None:
+                    cur.execute(pgm.FENCE_SQL, (thread_id, token))
+                cur.executemany(pgm.PUT_BLOB_SQL, blobs)
+                cur.execute(pgm.PUT_CHECKPOINT_SQL, row)
+        except psycopg.Error as exc:
+            if token is None or exc.sqlstate != pgm.LEASE_LOST_SQLSTATE:
+                raise
+            raise _lease_lost(thread_id, token, exc.diag.message_detail) from None
+        return checkpoint_config(thread_id, ns, checkpoint.id)
+
+    def put_writes(
+        self,
+        config: Mapping[str, Any],
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Record a task's writes: regular slots keep the first value, special slots the last."""
+        thread_id, ns, checkpoint_id = write_target(config)
+        rows = [
+            (thread_id, ns, checkpoint_id, task_id, write_index(ch, pos), ch, self.serde.dumps(v))
+            for pos, (ch, v) in enumerate(writes)
+        ]
+        if not rows:
+            return
+        # Sorted by slot (stable, so a repeated special slot still ends with its last value):
+        # concurrent deliveries of one task lock rows in the same order and cannot deadlock.
+        rows.sort(key=lambda r: r[4])
+        with self._connection() as conn, conn.pipeline():
+            cur = conn.cursor()
+            for sql, keep in ((pgm.KEEP_FIRST_SQL, True), (pgm.KEEP_LAST_SQL, False)):
+                cur.executemany(sql, [(*r, task_path) for r in rows if (r[4] >= 0) is keep])
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Forget every checkpoint and write of ``thread_id``, in every namespace.
+
+        The thread's lease row stays, so its fencing tokens keep growing.
+        """
+        with self._connection() as conn, conn.pipeline():
+            for table in pgm.CHECKPOINT_TABLES:
+                conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
+
+    def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> int | None:
+        """Hold ``thread_id`` for ``ttl`` seconds; its fencing token, or None if taken.
+
+        Succeeds when the lease is free, expired or already ``owner``'s: a live holder
+        re-acquiring keeps its token and extends the expiry; otherwise the token grows by one.
+        One statement, so concurrent callers cannot both win.
+        """
+        args = {"thread": thread_id, "owner": owner, "ttl": _seconds(ttl)}
+        with self._connection() as conn:
+            row = conn.cursor(row_factory=tuple_row).execute(pgm.ACQUIRE_SQL, args).fetchone()
+        return None if row is None else int(row[0])
+
+    def renew_lease(self, thread_id: str, owner: str, token: int, ttl: float) -> bool:
+        """Extend the lease to ``ttl`` seconds from now; False once ``token`` is no longer its."""
+        args = (_seconds(ttl), thread_id, owner, token)
+        with self._connection() as conn:
+            row = conn.cursor(row_factory=tuple_row).execute(pgm.RENEW_SQL, args).fetchone()
+        return row is not None
+
+    def release_lease(self, thread_id: str, owner: str, token: int) -> None:
+        """End the lease now if ``owner`` still holds it with ``token``; the next acquire of
+        the thread, by anyone, gets a new token.
+        """
+        with self._connection() as conn:
+            conn.execute(pgm.RELEASE_SQL, (thread_id, owner, token))
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        state = self._setup_state
+        if not state.done:
+            with state.lock, self.pool.connection() as conn:
+                if not state.done:
+                    pgm.apply_migrations(conn, pgm.MIGRATIONS)
+                    state.done = True
+        with self.pool.connection() as conn:
+            yield conn
+
+    def _read_page(self, sql: str, params: Sequence[Any]) -> builtins.list[CheckpointTuple]:
+        """Checkpoints selected by ``sql`` (``pgm.ROW_COLUMNS``), with their blobs and writes."""
+        with self._connection() as conn:
+            rows: builtins.list[_Row] = (
+                conn.cursor(row_factory=tuple_row).execute(sql, params).fetchall()
+            )
+            if not rows:
+                return []
+            # Versions are inside the record, so records are decoded here to find the blobs.
+            checkpoints = [loads_checkpoint(self.serde, row[4]) for row in rows]
+            blob_keys = [
+                (i, row[0], row[1], ch, version)
+                for i, (row, ckpt) in enumerate(zip(rows, checkpoints, strict=True))
+                for ch, version in ckpt.channel_versions.items()
+            ]
+            write_keys = [(i, row[0], row[1], row[2]) for i, row in enumerate(rows)]
+            with conn.pipeline():
+                blob_cur = conn.cursor(row_factory=tuple_row)
+                blob_cur.execute(pgm.BLOBS_SQL, _columns(blob_keys, 5))
+                write_cur = conn.cursor(row_factory=tuple_row)
+                write_cur.execute(pgm.WRITES_SQL, _columns(write_keys, 4))
+            blob_rows, write_rows = blob_cur.fetchall(), write_cur.fetchall()
+        blobs: builtins.list[dict[str, bytes]] = [{} for _ in rows]
+        for i, channel, blob in blob_rows:
+            if blob is not None:
+                blobs[i][channel] = blob
+        writes: builtins.list[builtins.list[_Write]] = [[] for _ in rows]
+        for i, *write in write_rows:
+            writes[i].append((write[0], write[1], write[2], write[3], write[4]))
+        return [
+            self._decode(row, ckpt, blobs[i], writes[i])
+            for i, (row, ckpt) in enumerate(zip(rows, checkpoints, strict=True))
+        ]
+
+    def _decode(
+        self,
+        row: _Row,
+        checkpoint: Checkpoint,
+        blobs: Mapping[str, bytes],
+        writes: builtins.list[_Write],
+    ) -> CheckpointTuple:
+        thread_id, ns, checkpoint_id, parent_id, _, metadata = row
+        values = {ch: self.serde.loads(blob) for ch, blob in blobs.items()}
+        writes.sort(key=lambda w: writes_sort_key(w[4], w[0], w[1]))
+        return CheckpointTuple(
+            config=checkpoint_config(thread_id, ns, checkpoint_id),
+            checkpoint=dataclasses.replace(checkpoint, channel_values=values),
+            metadata=metadata,
+            parent_config=(
+                checkpoint_config(thread_id, ns, parent_id) if parent_id is not None else None
+            ),
+            pending_writes=tuple(
+                (task_id, ch, self.serde.loads(b)) for task_id, _, ch, b, _ in writes
+            ),
+        )
+
+
+def _lease_lost(thread_id: str, token: int, current: str | None) -> LeaseLostError:
+    now = "no lease row at all" if current in (None, "none") else f"fencing token {current}"
+    return LeaseLostError(
+        f"Cannot commit a checkpoint of thread '{thread_id}': another coordinator took it over "
+        f"(the lease has {now}, this coordinator holds token {token}). Nothing was written; "
+        "stop driving this thread, its current lease holder continues from its last checkpoint."
+    )
+
+
+# An escaped NUL in JSON text: "\u0000" after an even number of backslashes.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _metadata_json(metadata: Mapping[str, Any]) -> str:
+    """``dumps_metadata``, refusing what jsonb cannot hold (NUL characters)."""
+    text = dumps_metadata(metadata)
+    if _JSON_NUL.search(text):
+        raise SerializationError(
+            "Cannot store checkpoint metadata containing a NUL character ('\\x00'): Postgres "
+            "jsonb cannot hold it. Remove or replace it in the metadata's keys and strings."
+        )
+    return text
+
+
+def _seconds(ttl: float) -> float:
+    """A lease ``ttl`` checked to be a positive, finite number of seconds."""
+    if not (isinstance(ttl, int | float) and math.isfinite(ttl) and ttl > 0):
+        raise ValueError(f"A lease ttl must be a positive number of seconds, got {ttl!r}.")
+    return float(ttl)
+
+
+def _columns(keys: Sequence[tuple[Any, ...]], width: int) -> builtins.list[builtins.list[Any]]:
+    """Rows of keys as ``width`` column arrays, for ``unnest``."""
+    return [list(column) for column in zip(*keys, strict=True)] if keys else [[]] * width
+
+
+def _unavailable(url: str, reason: str) -> ServiceUnavailableError:
+    reason = " ".join(reason.split())  # libpq's messages span lines; keep one
+    end = "" if reason.endswith((".", "?", "!")) else "."
+    return ServiceUnavailableError(
+        f"Cannot connect to Postgres at {_redact(url)}: {reason}{end} Check the URL "
+        "(BULKSYNC_DATABASE_URL) and that the server is running and accepts connections."
+    )
+
+
+def _redact(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for messages."""
+    if "://" in url:
+        parts = urllib.parse.urlsplit(url)
+        if parts.password is not None:
+            host = parts.netloc.rpartition("@")[2]
+            url = parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
+    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)", r"\1***", url)

@@ -1,0 +1,405 @@
+"""What only PostgresSaver has: migrations, blob rows, query counts, leases and fencing.
+
+The saver contract itself runs on Postgres in ``tests/unit/checkpoint/test_saver_contract.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import ConnectionPool
+
+from bulksync.checkpoint import postgres as postgres_module
+from bulksync.checkpoint.base import Checkpoint
+from bulksync.checkpoint.pg_migrations import FENCE_SQL, MIGRATIONS, apply_migrations
+from bulksync.checkpoint.postgres import PostgresSaver
+from bulksync.constants import ERROR
+from bulksync.errors import LeaseLostError, SerializationError, ServiceUnavailableError
+from bulksync.ids import checkpoint_id
+
+pytestmark = pytest.mark.integration
+
+ALL_VERSIONS = list(range(1, len(MIGRATIONS) + 1))
+
+
+@pytest.fixture
+def saver(pg_schema: str) -> Iterator[PostgresSaver]:
+    with PostgresSaver.from_conn_string(pg_schema, max_size=8) as pg_saver:
+        pg_saver.setup()
+        yield pg_saver
+
+
+def query(saver: PostgresSaver, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    with saver.pool.connection() as conn:
+        rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
+    return rows
+
+
+def versions(saver: PostgresSaver) -> list[int]:
+    return [row[0] for row in query(saver, "SELECT version FROM bulksync_migrations ORDER BY 1")]
+
+
+def thread(thread_id: str = "t1") -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+
+
+def checkpoint(step: int, values: dict[str, Any], versions: dict[str, int]) -> Checkpoint:
+    return Checkpoint(4, checkpoint_id(step), "2024-01-01T00:00:00+00:00", values, versions, {})
+
+
+def put_steps(saver: PostgresSaver, steps: int, thread_id: str = "t1") -> dict[str, Any]:
+    """``steps`` checkpoints where ``a`` changes every step and ``b`` never; one write each."""
+    config = thread(thread_id)
+    for step in range(steps):
+        ckpt = checkpoint(step, {"a": step, "b": "same"}, {"a": step + 1, "b": 1})
+        new_versions = {"a": step + 1, "b": 1} if step == 0 else {"a": step + 1}
+        config = saver.put(config, ckpt, {"step": step}, new_versions)
+        saver.put_writes(config, [("a", step)], f"task-{step}")
+    return config
+
+
+def expire(saver: PostgresSaver, thread_id: str) -> None:
+    query(
+        saver,
+        "UPDATE bulksync_thread_leases SET expires_at = now() - interval '1 second' "
+        "WHERE thread_id = %s RETURNING 1",
+        (thread_id,),
+    )
+
+
+def counts(saver: PostgresSaver) -> tuple[int, int]:
+    """(checkpoint rows, blob rows)."""
+    rows = query(
+        saver,
+        "SELECT (SELECT count(*) FROM bulksync_checkpoints),"
+        " (SELECT count(*) FROM bulksync_checkpoint_blobs)",
+    )
+    return rows[0][0], rows[0][1]
+
+
+# --- migrations -------------------------------------------------------------------------
+
+
+def test_setup_is_idempotent(saver: PostgresSaver) -> None:
+    saver.setup()
+    saver.setup()
+    assert versions(saver) == ALL_VERSIONS
+    with saver.pool.connection() as conn:
+        assert apply_migrations(conn) == []
+
+
+def test_first_use_applies_migrations_by_itself(pg_schema: str) -> None:
+    with PostgresSaver.from_conn_string(pg_schema) as pg_saver:
+        put_steps(pg_saver, 2)
+        assert versions(pg_saver) == ALL_VERSIONS
+        assert len(list(pg_saver.list(thread()))) == 2
+    assert pg_saver.pool.closed
+
+
+def test_an_appended_migration_is_applied_alone(saver: PostgresSaver) -> None:
+    extended = [*MIGRATIONS, "CREATE TABLE bulksync_extra (x int)"]
+    with saver.pool.connection() as conn:
+        assert apply_migrations(conn, extended) == [len(MIGRATIONS) + 1]
+        assert apply_migrations(conn, extended) == []
+    assert versions(saver) == [*ALL_VERSIONS, len(MIGRATIONS) + 1]
+
+
+def test_a_failing_migration_applies_nothing(pg_schema: str) -> None:
+    with psycopg.connect(pg_schema, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            apply_migrations(conn, [*MIGRATIONS, "SELECT * FROM no_such_table"])
+        found = conn.execute(
+            "SELECT to_regclass('bulksync_migrations'), to_regclass('bulksync_checkpoints')"
+        ).fetchone()
+    assert found == (None, None)
+
+
+def test_concurrent_setup_applies_each_migration_once(pg_schema: str) -> None:
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def setup() -> None:
+        try:
+            with PostgresSaver.from_conn_string(pg_schema, max_size=1) as pg_saver:
+                barrier.wait()
+                pg_saver.setup()
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers = [threading.Thread(target=setup) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert errors == []
+    with psycopg.connect(pg_schema) as conn:
+        rows = conn.execute("SELECT version FROM bulksync_migrations ORDER BY 1").fetchall()
+    assert [row[0] for row in rows] == ALL_VERSIONS
+
+
+# --- storage ----------------------------------------------------------------------------
+
+
+def test_unchanged_channels_add_no_blob_rows(saver: PostgresSaver) -> None:
+    put_steps(saver, 5)
+    rows = query(saver, "SELECT channel, count(*) FROM bulksync_checkpoint_blobs GROUP BY channel")
+    assert dict(rows) == {"a": 5, "b": 1}
+    latest = saver.get_tuple(thread())
+    assert latest is not None
+    assert latest.checkpoint.channel_values == {"a": 4, "b": "same"}
+
+
+def test_list_reads_pages_not_rows(pg_schema: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    statements: list[str] = []
+
+    class CountingCursor(psycopg.Cursor[Any]):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            statements.append(str(query).lstrip())
+            return super().execute(query, params, **kwargs)
+
+    monkeypatch.setattr(postgres_module, "PAGE_SIZE", 10)
+    pool: ConnectionPool[Any] = ConnectionPool(
+        pg_schema, kwargs={"autocommit": True, "cursor_factory": CountingCursor}, open=True
+    )
+    with pool:
+        pg_saver = PostgresSaver(pool)
+        put_steps(pg_saver, 25)
+        put_steps(pg_saver, 5, "t2")
+        statements.clear()
+        listed = list(pg_saver.list(None))
+        assert len(listed) == 30
+        assert all(len(t.pending_writes) == 1 for t in listed)
+        assert all(t.checkpoint.channel_values["b"] == "same" for t in listed)
+        # Three pages of 10 (checkpoints, blobs, writes each) and one empty page at most.
+        assert len([s for s in statements if s.startswith("SELECT")]) <= 3 * 3 + 1
+        # A filter matched in SQL, and one matched in Python (a dict) that pages to the limit.
+        assert len(list(pg_saver.list(None, filter={"step": 3, "x": None}))) == 2
+        config = thread("t3")
+        for step in range(12):
+            ckpt = checkpoint(step, {}, {})
+            config = pg_saver.put(config, ckpt, {"parents": {"": "root"}}, {})
+        found = list(pg_saver.list(None, filter={"parents": {"": "root"}}, limit=11))
+        assert [t.config["configurable"]["thread_id"] for t in found] == ["t3"] * 11
+
+
+def test_duplicate_deliveries_record_one_result(saver: PostgresSaver) -> None:
+    config = put_steps(saver, 1)
+    barrier = threading.Barrier(6)
+
+    def deliver(n: int) -> None:
+        barrier.wait()
+        saver.put_writes(config, [("x", n), ("y", n)], "dup-task")
+
+    workers = [threading.Thread(target=deliver, args=(n,)) for n in range(6)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    found = saver.get_tuple(config)
+    assert found is not None
+    dup = [(ch, value) for task, ch, value in found.pending_writes if task == "dup-task"]
+    assert len(dup) == 2
+    assert dup[0][1] == dup[1][1]  # both slots from the one delivery that came first
+    saver.put_writes(config, [(ERROR, "first")], "dup-task")
+    saver.put_writes(config, [(ERROR, "second")], "dup-task")
+    rows = query(
+        saver,
+        "SELECT idx, count(*) FROM bulksync_checkpoint_writes WHERE task_id = %s GROUP BY idx",
+        ("dup-task",),
+    )
+    assert sorted(rows) == [(-1, 1), (0, 1), (1, 1)]
+
+
+def test_metadata_with_nul_is_refused(saver: PostgresSaver) -> None:
+    with pytest.raises(SerializationError, match="NUL character"):
+        saver.put(thread(), checkpoint(0, {}, {}), {"note": "a\x00b"}, {})
+    assert saver.get_tuple(thread()) is None
+    # A backslash followed by "u0000" is ordinary text.
+    config = saver.put(thread(), checkpoint(0, {}, {}), {"note": "\\u0000"}, {})
+    found = saver.get_tuple(config)
+    assert found is not None
+    assert found.metadata == {"note": "\\u0000"}
+
+
+def test_pool_without_autocommit(pg_schema: str, caplog: pytest.LogCaptureFixture) -> None:
+    with ConnectionPool(pg_schema, min_size=1, max_size=2, open=True) as pool:
+        pg_saver = PostgresSaver(pool)
+        config = put_steps(pg_saver, 3)
+        assert pg_saver.acquire_lease("t1", "a", 30) == 1
+        assert len(list(pg_saver.list(thread()))) == 3
+        assert pg_saver.get_tuple(config) is not None
+        expire(pg_saver, "t1")
+        assert pg_saver.acquire_lease("t1", "b", 30) == 2
+        before = counts(pg_saver)
+        with pytest.raises(LeaseLostError, match="fencing token 2"):
+            pg_saver.fenced("t1", 1).put(config, checkpoint(9, {"a": 9}, {"a": 9}), {}, {"a": 9})
+        assert counts(pg_saver) == before
+    # Every connection went back to the pool idle: nothing had to be rolled back.
+    assert "rolling back" not in caplog.text
+
+
+# --- connection errors ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "where"),
+    [
+        ("postgresql://postgres:s3cret@127.0.0.1:1/test", "postgresql://postgres:***@127.0.0.1:1"),
+        ("host=127.0.0.1 port=1 password=s3cret dbname=test", "password=***"),
+        ("not a connection string", "not a connection string"),
+    ],
+)
+def test_unreachable_database_names_the_url_without_password(url: str, where: str) -> None:
+    with (
+        pytest.raises(ServiceUnavailableError, match="BULKSYNC_DATABASE_URL") as caught,
+        PostgresSaver.from_conn_string(url, connect_timeout=2),
+    ):
+        pass
+    assert where in str(caught.value)
+    assert "s3cret" not in str(caught.value)
+
+
+# --- leases -----------------------------------------------------------------------------
+
+
+def test_lease_acquire_renew_release(saver: PostgresSaver) -> None:
+    assert saver.acquire_lease("t", "a", 30) == 1
+    assert saver.acquire_lease("t", "a", 30) == 1  # the holder again: same token, later expiry
+    assert saver.acquire_lease("t", "b", 30) is None
+    assert saver.renew_lease("t", "a", 1, 30) is True
+    assert saver.renew_lease("t", "b", 1, 30) is False
+    assert saver.renew_lease("t", "a", 2, 30) is False
+    saver.release_lease("t", "b", 1)  # not b's: nothing happens
+    assert saver.acquire_lease("t", "b", 30) is None
+    saver.release_lease("t", "a", 1)
+    assert saver.acquire_lease("t", "b", 30) == 2
+    assert saver.acquire_lease("t", "a", 30) is None
+    assert saver.renew_lease("t", "a", 1, 30) is False
+    assert saver.acquire_lease("other", "a", 30) == 1  # tokens count per thread
+
+
+def test_expired_lease_changes_hands_with_a_new_token(saver: PostgresSaver) -> None:
+    assert saver.acquire_lease("t", "a", 30) == 1
+    expire(saver, "t")
+    assert saver.acquire_lease("t", "b", 30) == 2
+    assert saver.renew_lease("t", "a", 1, 30) is False
+    assert saver.acquire_lease("t", "a", 30) is None
+    expire(saver, "t")
+    # The same owner coming back after expiry or release also gets a new token.
+    assert saver.acquire_lease("t", "b", 30) == 3
+    saver.release_lease("t", "b", 3)
+    assert saver.acquire_lease("t", "b", 30) == 4
+
+
+def test_expired_lease_not_taken_can_be_renewed(saver: PostgresSaver) -> None:
+    assert saver.acquire_lease("t", "a", 30) == 1
+    expire(saver, "t")
+    assert saver.renew_lease("t", "a", 1, 30) is True
+    assert saver.acquire_lease("t", "b", 30) is None
+
+
+def test_racing_acquirers_one_wins(saver: PostgresSaver) -> None:
+    barrier = threading.Barrier(8)
+    tokens: dict[str, int | None] = {}
+
+    def acquire(owner: str) -> None:
+        barrier.wait()
+        tokens[owner] = saver.acquire_lease("race", owner, 30)
+
+    workers = [threading.Thread(target=acquire, args=(f"o{n}",)) for n in range(8)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert sorted(tokens.values(), key=lambda t: t or 0) == [None] * 7 + [1]
+
+
+def test_delete_thread_keeps_the_lease_counting(saver: PostgresSaver) -> None:
+    assert saver.acquire_lease("t1", "a", 30) == 1
+    put_steps(saver, 1)
+    saver.delete_thread("t1")
+    expire(saver, "t1")
+    assert saver.acquire_lease("t1", "b", 30) == 2
+
+
+@pytest.mark.parametrize("ttl", [0, -1.0, float("nan"), float("inf")])
+def test_lease_ttl_must_be_positive(saver: PostgresSaver, ttl: float) -> None:
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        saver.acquire_lease("t", "a", ttl)
+    with pytest.raises(ValueError, match="positive number of seconds"):
+        saver.renew_lease("t", "a", 1, ttl)
+
+
+# --- fencing ----------------------------------------------------------------------------
+
+
+def test_stale_coordinator_cannot_commit(saver: PostgresSaver) -> None:
+    token_a = saver.acquire_lease("t1", "a", 30)
+    assert token_a == 1
+    stale = saver.fenced("t1", token_a)
+    config = stale.put(thread(), checkpoint(0, {"a": 0}, {"a": 1}), {}, {"a": 1})
+    expire(saver, "t1")
+    token_b = saver.acquire_lease("t1", "b", 30)
+    assert token_b == 2
+    before = counts(saver)
+    with pytest.raises(LeaseLostError, match="thread 't1': another coordinator took it over"):
+        stale.put(config, checkpoint(1, {"a": "stale"}, {"a": 2}), {}, {"a": 2})
+    assert counts(saver) == before
+    latest = saver.get_tuple(thread())
+    assert latest is not None
+    assert latest.config == config
+    current = saver.fenced("t1", token_b)
+    new = current.put(config, checkpoint(2, {"a": "new"}, {"a": 2}), {}, {"a": 2})
+    # put_writes is not fenced: the first result of a task wins whoever records it.
+    stale.put_writes(new, [("a", "from stale")], "task")
+    latest = saver.get_tuple(thread())
+    assert latest is not None
+    assert latest.config == new
+    assert latest.pending_writes == (("task", "a", "from stale"),)
+
+
+def test_fenced_put_without_a_lease_is_refused(saver: PostgresSaver) -> None:
+    with pytest.raises(LeaseLostError, match="no lease row"):
+        saver.fenced("t1", 1).put(thread(), checkpoint(0, {"a": 0}, {"a": 1}), {}, {"a": 1})
+    assert counts(saver) == (0, 0)
+
+
+def test_expiry_alone_does_not_refuse_a_commit(saver: PostgresSaver) -> None:
+    assert saver.acquire_lease("t1", "a", 30) == 1
+    expire(saver, "t1")
+    fenced = saver.fenced("t1", 1)
+    fenced.put(thread(), checkpoint(0, {"a": 0}, {"a": 1}), {}, {"a": 1})
+    # Other threads are not fenced by this view.
+    fenced.put(thread("t2"), checkpoint(1, {"a": 0}, {"a": 1}), {}, {"a": 1})
+    assert counts(saver) == (2, 2)
+
+
+def test_takeover_waits_for_a_commit_in_flight(saver: PostgresSaver) -> None:
+    assert saver.acquire_lease("t1", "a", 30) == 1
+    expire(saver, "t1")
+    result: list[int | None] = []
+    with saver.pool.connection() as conn, conn.transaction():
+        conn.execute(FENCE_SQL, ("t1", 1))  # what a fenced put holds until it commits
+        taker = threading.Thread(target=lambda: result.append(saver.acquire_lease("t1", "b", 30)))
+        taker.start()
+        deadline = time.monotonic() + 20
+        while not _waiting_on_a_lock(saver) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _waiting_on_a_lock(saver)
+        assert result == []
+    taker.join()
+    assert result == [2]
+
+
+def _waiting_on_a_lock(saver: PostgresSaver) -> bool:
+    rows = query(
+        saver,
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        " AND query LIKE '%%bulksync_thread_leases%%'",
+    )
+    return bool(rows[0][0])
