@@ -1,74 +1,24 @@
-"""The ``bulksync`` command.
-
-Exit codes:
-
-- 0: success;
-- 2: a problem with the command line or its environment (bad flag, bad ``BULKSYNC_*``
-  variable, unusable database path), reported as one line on stderr;
-- 130: interrupted by Ctrl-C.
-
-Anything else is a bug in bulksync and keeps its traceback.
-"""
+"""``bulksync demo``: the map-reduce example in-process, checkpointing to SQLite."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sqlite3
-import sys
 import uuid
-from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from bulksync.errors import BulkSyncError
+from bulksync.cli import UsageError, positive_int
 from bulksync.settings import Settings
 
-PROG: Final = "bulksync"
-EXIT_USAGE: Final = 2
-EXIT_INTERRUPTED: Final = 130  # the shell convention for Ctrl-C (128 + SIGINT)
 # Printing 10,000 jokes helps nobody; the count and the best one tell the story.
 MAX_JOKES_SHOWN: Final = 10
 SQLITE_MAGIC: Final = b"SQLite format 3\x00"
 
 
-class UsageError(BulkSyncError, ValueError):
-    """Raised when the command line or its environment cannot work; shown as one line."""
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``bulksync`` with ``argv`` (default: ``sys.argv[1:]``) and return its exit code."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version and argparse's own usage errors
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    try:
-        settings = Settings.from_env()
-    except ValueError as exc:  # the message names the variable at fault
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        code: int = args.run(args, settings, sys.stdout)
-    except UsageError as exc:
-        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    return code
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for ``bulksync`` and all its subcommands."""
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="Run LangGraph-style graphs on a bulk-synchronous-parallel core.",
-        epilog="Settings come from BULKSYNC_* environment variables; see README.md.",
-    )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+def add_parser(commands: Any) -> None:
+    """Register ``demo``."""
     demo = commands.add_parser(
         "demo",
         help="run the map-reduce example in-process, checkpointing to SQLite",
@@ -97,7 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="thread to run on (default: a new thread each run)",
     )
     demo.set_defaults(run=run_demo)
-    return parser
 
 
 def run_demo(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
@@ -183,22 +132,3 @@ def is_sqlite_or_empty(path: Path) -> bool:
             f"cannot read {path} ({exc.strerror}); pass --db with another path"
         ) from exc
     return head in (b"", SQLITE_MAGIC)
-
-
-def positive_int(text: str) -> int:
-    """Parse a command-line integer that must be at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def package_version() -> str:
-    """The installed bulksync version, or ``unknown`` when run from an uninstalled tree."""
-    try:
-        return metadata.version("bulksync")
-    except metadata.PackageNotFoundError:
-        return "unknown"

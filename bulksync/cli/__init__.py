@@ -1,0 +1,90 @@
+"""The ``bulksync`` command.
+
+Exit codes:
+
+- 0: success;
+- 2: a problem with the command line or its environment (bad flag, bad ``BULKSYNC_*``
+  variable, unusable database path, a service that cannot be reached), reported as one
+  line on stderr;
+- 130: interrupted by Ctrl-C.
+
+Anything else is a bug in bulksync and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from importlib import metadata
+from typing import Final
+
+from bulksync.errors import BulkSyncError, ServiceUnavailableError
+from bulksync.settings import Settings
+
+PROG: Final = "bulksync"
+EXIT_USAGE: Final = 2
+EXIT_INTERRUPTED: Final = 130  # the shell convention for Ctrl-C (128 + SIGINT)
+
+
+class UsageError(BulkSyncError, ValueError):
+    """Raised when the command line or its environment cannot work; shown as one line."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``bulksync`` with ``argv`` (default: ``sys.argv[1:]``) and return its exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and argparse's own usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:  # the message names the variable at fault
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        code: int = args.run(args, settings, sys.stdout)
+    except (UsageError, ServiceUnavailableError) as exc:
+        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for ``bulksync`` and all its subcommands."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Run LangGraph-style graphs on a bulk-synchronous-parallel core.",
+        epilog="Settings come from BULKSYNC_* environment variables; see README.md.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    from bulksync.cli import cluster, demo, worker
+
+    demo.add_parser(commands)
+    worker.add_parser(commands)
+    cluster.add_parsers(commands)
+    return parser
+
+
+def positive_int(text: str) -> int:
+    """Parse a command-line integer that must be at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def package_version() -> str:
+    """The installed bulksync version, or ``unknown`` when run from an uninstalled tree."""
+    try:
+        return metadata.version("bulksync")
+    except metadata.PackageNotFoundError:
+        return "unknown"

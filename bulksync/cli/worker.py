@@ -1,0 +1,125 @@
+"""``bulksync worker``: a Celery worker that runs the node tasks of the graphs it loads."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from bulksync.cli import UsageError, positive_int
+from bulksync.errors import ServiceUnavailableError
+from bulksync.settings import Settings, redact
+
+POOLS = ("prefork", "threads", "solo")
+
+
+def add_parser(commands: Any) -> None:
+    """Register ``worker``."""
+    worker = commands.add_parser(
+        "worker",
+        help="run a Celery worker for the node tasks of the given graphs",
+        description=(
+            "Start a Celery worker that runs node tasks of the graphs named by --graph. Only "
+            "these graphs are imported, once, at start; a task naming any other graph is "
+            "answered with an error. Tasks of nodes added with queue=NAME go to queue NAME."
+        ),
+    )
+    add_graph_option(worker)
+    worker.add_argument(
+        "--queues",
+        metavar="Q1,Q2",
+        help="queues to consume, comma-separated (default: $BULKSYNC_QUEUE, i.e. bulksync)",
+    )
+    worker.add_argument(
+        "--concurrency",
+        type=positive_int,
+        metavar="N",
+        help="pool size (default: the number of CPUs)",
+    )
+    worker.add_argument(
+        "--pool",
+        choices=POOLS,
+        default="prefork",
+        help="prefork for CPU-bound nodes, threads for I/O-bound ones (default: %(default)s)",
+    )
+    worker.add_argument("--hostname", metavar="NAME", help="worker name shown in Flower")
+    worker.add_argument(
+        "--loglevel",
+        default="INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="log level (default: %(default)s)",
+    )
+    worker.set_defaults(run=run_worker)
+
+
+def add_graph_option(parser: argparse.ArgumentParser) -> None:
+    """The ``--graph`` option shared by the processes that load graphs."""
+    parser.add_argument(
+        "--graph",
+        action="append",
+        required=True,
+        metavar="pkg.module[:attr]",
+        help="graph(s) to load: one attribute, or every compiled graph of a module; repeatable",
+    )
+
+
+def load_registry(refs: list[str]) -> Any:
+    """Import the ``--graph`` references into a registry.
+
+    Raises:
+        UsageError: a reference that cannot be imported or names no compiled graph.
+    """
+    from bulksync.workers.registry import GraphRegistry
+
+    registry = GraphRegistry()
+    for ref in refs:
+        try:
+            registry.load(ref)
+        except (ValueError, TypeError) as exc:
+            raise UsageError(str(exc)) from exc
+    return registry
+
+
+def check_redis(url: str) -> None:
+    """Raise ``ServiceUnavailableError`` (one line, URL named) unless Redis answers."""
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        raise ServiceUnavailableError(
+            f"cannot reach Redis at {redact(url)} ({exc}); start it or set BULKSYNC_REDIS_URL"
+        ) from None
+
+
+def check_broker(app: Any, url: str) -> None:
+    """Raise ``ServiceUnavailableError`` unless the broker accepts a connection."""
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=3)
+    except Exception as exc:  # kombu raises transport-specific errors
+        raise ServiceUnavailableError(
+            f"cannot reach the broker at {redact(url)} ({exc}); start it or set BULKSYNC_BROKER_URL"
+        ) from None
+
+
+def run_worker(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
+    """Load the graphs, register one Celery task per node, and consume until stopped."""
+    from bulksync.workers.app import make_app
+    from bulksync.workers.node_task import WorkerRuntime, install
+
+    registry = load_registry(args.graph)
+    check_redis(settings.redis_url)
+    app = make_app(settings)
+    check_broker(app, settings.broker_url)
+    names = install(app, WorkerRuntime(registry, settings.redis_url))
+    queues = args.queues or settings.queue
+    print(f"bulksync worker: graphs {', '.join(registry.ids())}", file=out)
+    print(f"bulksync worker: {len(names)} node tasks, queues {queues}", file=out, flush=True)
+    argv = ["worker", "--queues", queues, "--pool", args.pool, "--loglevel", args.loglevel]
+    argv += ["--task-events", "--without-mingle", "--without-gossip"]
+    if args.concurrency:
+        argv += ["--concurrency", str(args.concurrency)]
+    if args.hostname:
+        argv += ["--hostname", args.hostname]
+    app.worker_main(argv)
+    return 0
