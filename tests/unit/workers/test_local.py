@@ -55,3 +55,23 @@ def test_max_concurrency_bounds_a_step(config: dict[str, Any]) -> None:
 def test_invalid_max_concurrency_is_refused(bad: object) -> None:
     with pytest.raises(ValueError, match="max_concurrency must be an integer >= 1"):
         step_concurrency({"max_concurrency": bad}, 4)
+
+
+def test_failure_with_queued_tasks_raises_instead_of_hanging() -> None:
+    """A failing task stops the step: queued tasks are cancelled and the error surfaces."""
+    started: list[int] = []
+
+    def work(arg: dict[str, int]) -> dict[str, list[int]]:
+        started.append(arg["i"])
+        if arg["i"] == 0:
+            raise ValueError("task 0 failed")
+        time.sleep(0.05)
+        return {"done": [arg["i"]]}
+
+    builder = StateGraph(State)
+    builder.add_node("work", work)
+    builder.add_conditional_edges(START, lambda s: [Send("work", {"i": i}) for i in range(8)])
+    with pytest.raises(ValueError, match="task 0 failed"):
+        builder.compile().invoke({"done": []}, {"max_concurrency": 1})
+    assert started[0] == 0
+    assert len(started) < 8  # the queued tasks never ran
