@@ -59,6 +59,22 @@ def redis_url(settings: Settings) -> str:
 
 
 @pytest.fixture(scope="session")
+def rabbitmq_url() -> str:
+    """A RabbitMQ broker URL (``BULKSYNC_TEST_AMQP_URL``), once its port accepts a connection."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = os.environ.get("BULKSYNC_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+    parts = urlsplit(url)
+
+    def connect() -> None:
+        socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5672), 2).close()
+
+    require_service("RabbitMQ", connect)
+    return url
+
+
+@pytest.fixture(scope="session")
 def database_url(settings: Settings) -> str:
     """The Postgres URL, once Postgres accepts a connection."""
     import psycopg
