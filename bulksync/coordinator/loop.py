@@ -60,6 +60,9 @@ from bulksync.errors import (
 )
 from bulksync.types import Command, Interrupt
 
+_SPECIAL = (ERROR, INTERRUPT, RESUME)
+"""Pending-write channels whose rows replace a task's earlier rows rather than add to them."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Nesting:
@@ -112,6 +115,16 @@ class SuperstepLoop:
         self._buffer: list[tuple[str, Any]] = []
         self._load()
 
+    @property
+    def pending_writes(self) -> list[PendingWrite]:
+        """Writes recorded against the current checkpoint, as ``(task id, channel, value)``."""
+        return self._pending_writes
+
+    @pending_writes.setter
+    def pending_writes(self, writes: list[PendingWrite]) -> None:
+        self._pending_writes = writes
+        self._special_tasks = {w[0] for w in writes if w[1] in _SPECIAL}
+
     # -- loading and the first step ---------------------------------------------------
 
     def _load(self) -> None:
@@ -137,7 +150,7 @@ class SuperstepLoop:
         if saved is not None:
             self.checkpoint: Checkpoint = saved.checkpoint
             self.metadata: dict[str, Any] = dict(saved.metadata)
-            self.pending_writes: list[PendingWrite] = list(saved.pending_writes)
+            self.pending_writes = list(saved.pending_writes)
             self.checkpoint_config = saved.config
             self.parent_config: dict[str, Any] | None = saved.parent_config
         else:
@@ -306,11 +319,14 @@ class SuperstepLoop:
             self.step += 1
 
     def _put_writes(self, task_id: str, task_path: str, writes: Sequence[Write]) -> None:
-        self.pending_writes = [
-            w
-            for w in self.pending_writes
-            if not (w[0] == task_id and w[1] in (ERROR, INTERRUPT, RESUME))
-        ]
+        # A task's error/interrupt/resume rows are replaced, not added to. Only a task known
+        # to have such rows is filtered, so recording a step stays linear in its fan-out.
+        if task_id in self._special_tasks:
+            self.pending_writes = [
+                w for w in self.pending_writes if not (w[0] == task_id and w[1] in _SPECIAL)
+            ]
+        if any(c in _SPECIAL for c, _ in writes):
+            self._special_tasks.add(task_id)
         self.pending_writes.extend((task_id, c, v) for c, v in writes)
         if self.saver is None or self.options.durability == "exit":
             return
