@@ -1,0 +1,131 @@
+"""What the benchmark times: each function returns one run's callable, checked for its answer.
+
+A run that gives a wrong answer raises ``BenchError`` instead of producing a figure: a fast
+wrong result is not a result.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+import psycopg
+import redis
+from celery import group
+
+from bench import graphs
+
+GATHER_TIMEOUT: Final = 120
+
+
+class BenchError(RuntimeError):
+    """Raised when a measured run gives a wrong answer or never finishes."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Wall-clock seconds of each timed run of one contender."""
+
+    label: str
+    seconds: list[float]
+
+    @property
+    def median(self) -> float:
+        """The median run."""
+        return statistics.median(self.seconds)
+
+
+def compare(runs: dict[str, Callable[[], None]], reps: int, warmup: int = 1) -> dict[str, Timing]:
+    """Time ``reps`` runs of each contender after ``warmup`` untimed rounds.
+
+    Runs are interleaved round by round, so a drift in machine load touches every contender.
+    """
+    for _ in range(warmup):
+        for run in runs.values():
+            run()
+    seconds: dict[str, list[float]] = {label: [] for label in runs}
+    for _ in range(reps):
+        for label, run in runs.items():
+            start = time.perf_counter()
+            run()
+            seconds[label].append(time.perf_counter() - start)
+    return {label: Timing(label, values) for label, values in seconds.items()}
+
+
+# -- fan-out ----------------------------------------------------------------------------
+
+
+def graph_fanout(graph: Any, n: int) -> Callable[[], None]:
+    """One invoke of a fan-out graph (bulksync or LangGraph), checked for Send order."""
+    want = list(range(n))
+
+    def run() -> None:
+        out = graph.invoke(graphs.fanout_input(n))
+        if out["out"] != want:
+            raise BenchError(f"fan-out of {n} returned {len(out['out'])} results, out of order")
+
+    return run
+
+
+def raw_celery_fanout(app: Any, redis_url: str, n: int) -> Callable[[], None]:
+    """A Celery ``group`` of ``n`` raw tasks, gathered by ``BLPOP`` on the list they push to.
+
+    bulksync's gatherer blocks on a Redis list its workers push results to; the raw tasks do
+    the same (one ``RPUSH`` each), so both sides pay the same kind of gather and the raw side
+    needs no Celery result backend (bulksync's app has none, by design).
+    """
+    client = redis.Redis.from_url(redis_url)
+
+    def run() -> None:
+        key = f"bench:raw:{uuid.uuid4().hex}"
+        try:
+            group(
+                (app.signature(graphs.RAW_TASK, args=(redis_url, key, i)) for i in range(n)),
+                app=app,
+            ).apply_async()
+            got: list[bytes] = []
+            while len(got) < n:
+                item = client.blpop([key], timeout=GATHER_TIMEOUT)
+                if item is None:
+                    raise BenchError(f"raw Celery: {len(got)} of {n} tasks reported in time")
+                got += [item[1], *(client.lpop(key, n) or [])]
+            if sorted(int(v) for v in got) != list(range(n)):
+                raise BenchError("raw Celery: tasks reported wrong or duplicate indexes")
+        finally:
+            client.delete(key)
+
+    return run
+
+
+# -- sequential -------------------------------------------------------------------------
+
+
+def sequential(graph: Any, steps: int, durability: str | None) -> Callable[[], None]:
+    """One run of the loop graph on a new thread (so every run starts from no checkpoint)."""
+
+    def run() -> None:
+        config = graphs.loop_config(steps, f"bench-{uuid.uuid4().hex}")
+        kw = {"durability": durability} if durability else {}
+        out = graph.invoke(graphs.loop_input(steps), config, **kw)
+        if out != {"i": steps, "n": steps}:
+            raise BenchError(f"loop of {steps} steps ended with {out}")
+
+    return run
+
+
+@contextmanager
+def fresh_schema(database_url: str, name: str) -> Iterator[str]:
+    """A URL whose ``search_path`` is a new schema ``name``, dropped afterwards."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    sep = "&" if "?" in database_url else "?"
+    try:
+        yield f"{database_url}{sep}options=-csearch_path%3D{name}"
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{name}" CASCADE')

@@ -1,0 +1,298 @@
+"""``python -m bench.run``: bulksync vs its baselines, measured in one run on the same workers.
+
+Starts ``--workers`` ``bulksync worker --graph bench.graphs`` processes on a private queue and
+measures, interleaving the contenders round by round:
+
+1. a ``--fanout``-way trivial ``Send`` fan-out through bulksync (attached ``CeleryExecutor``,
+   no checkpointer) vs a raw Celery ``group`` of as many tasks on the same workers vs
+   in-process LangGraph (default settings, no checkpointer);
+2. the per-step time of a ``--steps``-step sequential graph through bulksync (attached
+   ``CeleryExecutor`` + bulksync ``PostgresSaver``, a durable commit each step) vs LangGraph
+   with its ``PostgresSaver``, each saver in a fresh schema and each run on a fresh thread.
+
+It prints the command to reproduce, the machine, every figure and the ratios, and stops the
+workers at the end, on errors and on Ctrl-C. Service URLs come from ``BULKSYNC_*`` variables
+(the database defaults to the local ``test`` database). A ``--fanout 0`` or ``--steps 0``
+skips that part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import math
+import os
+import platform
+import shlex
+import signal
+import sys
+import uuid
+from collections.abc import Sequence
+from importlib import metadata
+from typing import Any, Final
+
+from bench import graphs
+from bench.measure import Timing, compare, fresh_schema, graph_fanout, raw_celery_fanout, sequential
+from bench.workers import Workers, WorkerStartError
+from bulksync.errors import ServiceUnavailableError
+from bulksync.settings import Settings, redact
+
+DEFAULT_DATABASE_URL: Final = "postgresql://postgres@127.0.0.1:5432/test"
+PACKAGES: Final = ("bulksync", "celery", "kombu", "redis", "psycopg", "langgraph")
+PACKAGES_PG: Final = "langgraph-checkpoint-postgres"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line (see ``--help``)."""
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n")[0])
+
+    def count(text: str) -> int:
+        value = int(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+        return value
+
+    parser.add_argument("--fanout", type=count, default=1000, help="Send tasks (default 1000)")
+    parser.add_argument("--steps", type=count, default=100, help="sequential steps (default 100)")
+    parser.add_argument("--workers", type=count, default=2, help="worker processes (default 2)")
+    parser.add_argument("--repeat", type=count, default=5, help="timed runs each (default 5)")
+    parser.add_argument("--warmup", type=count, default=1, help="untimed runs each (default 1)")
+    args = parser.parse_args(argv)
+    if args.workers < 1 or args.repeat < 1:
+        parser.error("--workers and --repeat must be at least 1")
+    return args
+
+
+def bench_settings(environ: dict[str, str] | None = None) -> Settings:
+    """``BULKSYNC_*`` settings with the local ``test`` database and a private queue."""
+    env = dict(os.environ if environ is None else environ)
+    env.setdefault("BULKSYNC_DATABASE_URL", DEFAULT_DATABASE_URL)
+    settings = Settings.from_env(env)
+    return dataclasses.replace(settings, queue=f"bench-{uuid.uuid4().hex[:8]}")
+
+
+def reproduce(args: argparse.Namespace) -> str:
+    """The command line that repeats this run, with any ``BULKSYNC_*`` URL it relied on."""
+    env = [
+        f"{name}={shlex.quote(redact(value))}"
+        for name, value in sorted(os.environ.items())
+        if name.endswith("_URL") and name.startswith("BULKSYNC_")
+    ]
+    flags = ["--fanout", args.fanout, "--steps", args.steps, "--workers", args.workers]
+    flags += ["--repeat", args.repeat, "--warmup", args.warmup]
+    return " ".join([*env, "python -m bench.run", *map(str, flags)])
+
+
+def machine() -> list[str]:
+    """Lines describing this machine and the versions measured."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    versions = []
+    for name in (*PACKAGES, PACKAGES_PG):
+        try:
+            versions.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{name} (not installed)")
+    return [
+        f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} CPUs ({cpu})",
+        f"python:  {platform.python_version()} ({sys.executable})",
+        f"versions: {', '.join(versions)}",
+    ]
+
+
+def load() -> str:
+    """The 1/5/15-minute load averages."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def show(timings: dict[str, Timing], *, per: int = 1, unit: str = "s") -> None:
+    """One line per contender: median, min and max (divided by ``per``)."""
+    scale = 1000.0 if unit == "ms" else 1.0
+    width = max(len(label) for label in timings)
+    for label, t in timings.items():
+        med, lo, hi = (v * scale / per for v in (t.median, min(t.seconds), max(t.seconds)))
+        print(f"  {label:<{width}}  {med:9.3f} {unit}  (min {lo:.3f}, max {hi:.3f})")
+
+
+def ratio(name: str, a: Timing, b: Timing, target: str) -> float:
+    """Print and return ``a / b`` of the medians."""
+    value = a.median / b.median
+    print(f"  {name:<44} {value:7.2f}   {target}")
+    return value
+
+
+def run_fanout(args: argparse.Namespace, settings: Settings, app: Any) -> dict[str, Timing]:
+    """Part 1: the fan-out, three ways."""
+    from bulksync.coordinator.celery_executor import CeleryExecutor, batch_size
+
+    n = args.fanout
+    executor = CeleryExecutor(settings, "bench.graphs:fanout", graphs.fanout, app=app)
+    lg_graph = graphs.fanout_builder(graphs.langgraph_api()).compile()
+    per_message = batch_size(n)
+    print(f"\n1. fan-out of {n} trivial Send tasks: wall time of one run, median of {args.repeat}")
+    print(
+        f"   (bulksync tasks per message here: {per_message}, so "
+        f"{math.ceil(n / per_message)} messages; raw Celery sends {n})"
+    )
+    timings = compare(
+        {
+            "bulksync (attached CeleryExecutor, no checkpointer)": graph_fanout(
+                graphs.fanout.with_executor(executor), n
+            ),
+            f"raw Celery group of {n} (RPUSH + BLPOP gather)": raw_celery_fanout(
+                app, settings.redis_url, n
+            ),
+            "LangGraph in-process (defaults, no checkpointer)": graph_fanout(lg_graph, n),
+        },
+        args.repeat,
+        args.warmup,
+    )
+    show(timings)
+    bs, raw, lg = timings.values()
+    print("  ratios of medians (time; lower is better for bulksync):")
+    ratio("bulksync / LangGraph in-process", bs, lg, "DESIGN §8 target at 10,000: <= 1.00")
+    ratio("bulksync / raw Celery group", bs, raw, "DESIGN §8 target at 10,000: <= 0.33")
+    return timings
+
+
+def run_sequential(args: argparse.Namespace, settings: Settings, app: Any) -> dict[str, Timing]:
+    """Part 2: per-step time of the sequential graph with a Postgres commit each step."""
+    from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
+
+    from bulksync.checkpoint.postgres import PostgresSaver
+    from bulksync.coordinator.celery_executor import CeleryExecutor
+
+    steps, tag = args.steps, uuid.uuid4().hex[:8]
+    db = settings.database_url
+    print(f"\n2. sequential graph of {steps} steps: time per step, median of {args.repeat} runs")
+    print("   (each saver in a fresh schema, each run on a fresh thread)")
+    with (
+        fresh_schema(db, f"bench_{tag}_bulksync") as bs_url,
+        fresh_schema(db, f"bench_{tag}_langgraph") as lg_url,
+        PostgresSaver.from_conn_string(bs_url) as saver,
+        LangGraphPostgresSaver.from_conn_string(lg_url) as lg_saver,
+    ):
+        saver.setup()
+        lg_saver.setup()
+        local = graphs.loop_builder(graphs.BULKSYNC).compile(checkpointer=saver)
+        attached = local.with_executor(
+            CeleryExecutor(settings, "bench.graphs:loop", local, app=app)
+        )
+        bare = graphs.loop.with_executor(
+            CeleryExecutor(settings, "bench.graphs:loop", graphs.loop, app=app)
+        )
+        lg_graph = graphs.loop_builder(graphs.langgraph_api()).compile(checkpointer=lg_saver)
+        timings = compare(
+            {
+                "bulksync, CeleryExecutor + PostgresSaver (durability=sync)": sequential(
+                    attached, steps, "sync"
+                ),
+                "LangGraph + its PostgresSaver (durability=sync)": sequential(
+                    lg_graph, steps, "sync"
+                ),
+                "context: LangGraph + its PostgresSaver (default, async)": sequential(
+                    lg_graph, steps, None
+                ),
+                "context: bulksync in-process LocalExecutor + PostgresSaver": sequential(
+                    local, steps, "sync"
+                ),
+                "context: bulksync, CeleryExecutor, no checkpointer": sequential(bare, steps, None),
+                "context: bulksync in-process LocalExecutor, no checkpointer": sequential(
+                    graphs.loop, steps, None
+                ),
+            },
+            args.repeat,
+            args.warmup,
+        )
+    show(timings, per=steps, unit="ms")
+    bs, lg_sync, lg_async, *_ = timings.values()
+    print("  ratios of medians (time; lower is better for bulksync):")
+    ratio("bulksync Celery+PG / LangGraph PG sync", bs, lg_sync, "DESIGN §8 target: <= 2.00")
+    ratio("bulksync Celery+PG / LangGraph PG default", bs, lg_async, "(context)")
+    return timings
+
+
+def check_services(settings: Settings, app: Any, *, postgres: bool) -> None:
+    """Raise ``ServiceUnavailableError`` (one line naming URL and variable) if a service is down."""
+    import psycopg
+
+    from bulksync.cli.worker import check_broker, check_redis
+
+    check_redis(settings.redis_url)
+    check_broker(app, settings.broker_url)
+    if postgres:
+        try:
+            psycopg.connect(settings.database_url, connect_timeout=3).close()
+        except psycopg.Error as exc:
+            raise ServiceUnavailableError(
+                f"cannot reach Postgres at {redact(settings.database_url)} "
+                f"({' '.join(str(exc).split())}); start it "
+                "or set BULKSYNC_DATABASE_URL"
+            ) from None
+
+
+def delete_queue(app: Any, queue: str) -> None:
+    """Remove the private queue and any message left in it (after Ctrl-C) from the broker."""
+    try:
+        with app.connection_for_write() as conn:
+            bound = app.amqp.queues[queue](conn.default_channel)
+            # Declared first: kombu's Redis transport deletes only queues its channel has bound.
+            bound.declare()
+            bound.delete()
+    except Exception as exc:  # the figures are printed already; say so and go on
+        print(f"note: could not delete queue {queue} ({exc})", file=sys.stderr)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; return 0, 2 (a service down, a worker not starting) or 130 (Ctrl-C)."""
+    from bulksync.workers.app import make_app
+
+    args = parse_args(argv)
+    settings = bench_settings()
+    print(f"bulksync bench, {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
+    print(f"command: {reproduce(args)}   (from the repository root)")
+    for line in machine():
+        print(line)
+    print(
+        f"services: broker {redact(settings.broker_url)}, redis {redact(settings.redis_url)}, "
+        f"postgres {redact(settings.database_url)}"
+    )
+    print(f"load average at start: {load()}")
+    app = make_app(settings)
+    try:
+        check_services(settings, app, postgres=args.steps > 0)
+    except ServiceUnavailableError as exc:
+        print(f"bench: error: {exc}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with Workers(settings, app, args.workers) as workers:
+            print(f"workers: {workers.describe()}")
+            print(f"         queue {settings.queue}; the same processes serve every part")
+            if args.fanout:
+                run_fanout(args, settings, app)
+            if args.steps:
+                run_sequential(args, settings, app)
+    except WorkerStartError as exc:
+        print(f"bench: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: workers stopped", file=sys.stderr)
+        return 130
+    finally:
+        delete_queue(app, settings.queue)
+    print(f"\nload average at end: {load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

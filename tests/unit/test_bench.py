@@ -1,0 +1,110 @@
+"""The benchmark's graphs and command line, checked in-process on tiny sizes (no timing).
+
+The benchmark itself (``python -m bench.run``) starts workers and is never run by pytest.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from bench import graphs, measure, run
+from bench.workers import worker_command
+
+
+@pytest.fixture(scope="module")
+def langgraph() -> graphs.Api:
+    return graphs.langgraph_api()
+
+
+def test_fanout_graph_gives_langgraphs_answer(langgraph: graphs.Api) -> None:
+    ours = graphs.fanout_builder(graphs.BULKSYNC).compile()
+    theirs = graphs.fanout_builder(langgraph).compile()
+    out = ours.invoke(graphs.fanout_input(7))
+    assert out == theirs.invoke(graphs.fanout_input(7))
+    assert out["out"] == list(range(7))
+
+
+def test_loop_graph_gives_langgraphs_answer(langgraph: graphs.Api) -> None:
+    steps = 30  # past LangGraph's default recursion limit of 25: loop_config raises it
+    ours = graphs.loop_builder(graphs.BULKSYNC).compile()
+    theirs = graphs.loop_builder(langgraph).compile()
+    config = graphs.loop_config(steps)
+    out = ours.invoke(graphs.loop_input(steps), config)
+    assert out == theirs.invoke(graphs.loop_input(steps), config) == {"i": steps, "n": steps}
+
+
+def test_module_graphs_are_what_workers_load() -> None:
+    from bulksync.workers.registry import GraphRegistry
+
+    registry = GraphRegistry()
+    assert registry.load("bench.graphs") == ["bench.graphs:fanout", "bench.graphs:loop"]
+
+
+def test_measured_runs_check_their_answers() -> None:
+    class Wrong:
+        def invoke(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return {"n": 3, "out": [1, 0, 2], "i": 0}
+
+    with pytest.raises(measure.BenchError, match="out of order"):
+        measure.graph_fanout(Wrong(), 3)()
+    with pytest.raises(measure.BenchError, match="loop of 3 steps"):
+        measure.sequential(Wrong(), 3, None)()
+
+
+def test_compare_times_every_contender_each_round() -> None:
+    calls: list[str] = []
+    timings = measure.compare(
+        {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, reps=2, warmup=1
+    )
+    assert calls == ["a", "b"] * 3
+    assert {label: len(t.seconds) for label, t in timings.items()} == {"a": 2, "b": 2}
+
+
+def test_command_line_defaults_and_reproduction() -> None:
+    args = run.parse_args([])
+    assert (args.fanout, args.steps, args.workers, args.repeat) == (1000, 100, 2, 5)
+    assert "python -m bench.run --fanout 1000 --steps 100 --workers 2" in run.reproduce(args)
+    with pytest.raises(SystemExit):
+        run.parse_args(["--workers", "0"])
+
+
+def test_settings_use_a_private_queue() -> None:
+    one, two = run.bench_settings({}), run.bench_settings({})
+    assert one.queue.startswith("bench-") and one.queue != two.queue
+    assert one.database_url == run.DEFAULT_DATABASE_URL
+
+
+def test_worker_command_is_bulksync_worker() -> None:
+    cmd = worker_command("bench.graphs", "w@%h", 1, "prefork")
+    assert cmd[cmd.index("worker") :][:3] == ["worker", "--graph", "bench.graphs"]
+    assert "--pool" in cmd and "--concurrency" in cmd
+
+
+def test_a_missing_service_is_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("BULKSYNC_REDIS_URL", "redis://127.0.0.1:1/0")
+    assert run.main(["--fanout", "0", "--steps", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("bench: error: cannot reach Redis at redis://127.0.0.1:1/0")
+    assert "BULKSYNC_REDIS_URL" in err and "\n" not in err
+
+
+@pytest.mark.integration
+def test_a_worker_that_cannot_start_is_reported_and_stopped(settings: Any, redis_url: str) -> None:
+    import dataclasses
+
+    from bench.workers import Workers, WorkerStartError
+    from bulksync.workers.app import make_app
+
+    settings = dataclasses.replace(settings, queue=f"bench-test-{uuid.uuid4().hex[:8]}")
+    workers = Workers(settings, make_app(settings), 1, graph_ref="bench.no_such_module")
+    with (
+        pytest.raises(WorkerStartError, match=r"cannot import module 'bench\.no_such_module'"),
+        workers,
+    ):
+        pass
+    assert workers.procs == []  # stopped and reaped
