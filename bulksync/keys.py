@@ -8,15 +8,17 @@
                                                   ``in:<task id>``: a task's input    (TTL guard)
     bulksync:inbox:<step key>             list    what workers report, in order:      until the
                                                   results and custom stream events    step ends
-    bulksync:result:<task id>             string  a task's first result (first wins)  RESULT_TTL
+    bulksync:result:<slot>                string  a task's first result (first wins)  RESULT_TTL
     bulksync:cancel:<run id>              string  present once a run is cancelled     RUN_TTL
     bulksync:inboxes:<run id>             set     inbox keys of the run's live steps  RUN_TTL
     bulksync:events:<run id>              stream  a detached run's stream events      RUN_TTL
     bulksync:wake                         list    "a run was submitted" signals       trimmed
 
 A *step key* is a random id per dispatched step, so a step dispatched again after a
-coordinator crash never mixes with the old one; task ids are unique across runs (they hash
-the checkpoint id), so results are keyed by task id alone and survive the crash.
+coordinator crash never mixes with the old one. Task ids are unique across runs (they hash
+the checkpoint id), so a result *slot* is the task id — plus a digest of the resume answers
+the task runs with, when it has any: a task that paused on an interrupt runs again, under a
+new slot, once it is resumed. Results survive a coordinator crash.
 """
 
 from __future__ import annotations
@@ -53,9 +55,9 @@ def inbox(step_key: str) -> str:
     return f"{PREFIX}:inbox:{step_key}"
 
 
-def result(task_id: str) -> str:
-    """The first result recorded for a task."""
-    return f"{PREFIX}:result:{task_id}"
+def result(slot: str) -> str:
+    """The first result recorded for a task run with given resume answers (``wire.slot``)."""
+    return f"{PREFIX}:result:{slot}"
 
 
 def cancel(run_id: str) -> str:

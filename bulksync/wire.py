@@ -11,12 +11,13 @@ registry guards them, and nothing is unpickled):
 
 Errors keep their type when the class is loaded in the reading process (the worker and the
 coordinator load the same graph modules); otherwise they arrive as ``StoredError`` naming
-the type. Either way the worker's traceback is attached as a note.
+the type. Either way the traceback of where it was raised is attached as a note.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -120,7 +121,22 @@ def _fits(value: Any) -> bool:
     return True
 
 
-def describe_task(task: Task) -> list[Any]:
+def slot(task_id: str, state: StepState) -> str:
+    """Where a task's result is recorded: its id, and a digest of its resume answers if any.
+
+    A task that paused on an interrupt has a result (the interrupt) under its id; resumed,
+    it must run again, so a run with answers records under a slot of its own.
+    """
+    answers = state.resume.get(task_id)
+    if not answers and state.resume_map is None and state.null_resume is None:
+        return task_id
+    digest = hashlib.blake2b(
+        SERDE.dumps([answers or [], state.resume_map, state.null_resume]), digest_size=8
+    )
+    return f"{task_id}:{digest.hexdigest()}"
+
+
+def describe_task(task: Task, result_slot: str) -> list[Any]:
     """A task as the Celery message carries it (its input travels apart)."""
     return [
         task.id,
@@ -129,12 +145,13 @@ def describe_task(task: Task) -> list[Any]:
         list(task.triggers),
         task.step,
         task.checkpoint_ns,
+        result_slot,
     ]
 
 
 def read_task(desc: Sequence[Any], value: Any) -> Task:
     """The ``Task`` a message describes, with its input."""
-    task_id, name, path, triggers, step, ns = desc
+    task_id, name, path, triggers, step, ns, _slot = desc
     return Task(task_id, name, _tupled(path), value, tuple(triggers), step, ns)
 
 
@@ -188,7 +205,7 @@ def _rebuild_error(record: Sequence[Any]) -> BaseException:
             error = None
     if error is None:
         error = StoredError(type_name, message, original_repr)
-    error.add_note(f"Raised on a bulksync worker:\n{trace}")
+    error.add_note(f"Raised remotely (a bulksync worker or coordinator):\n{trace}")
     return error
 
 
@@ -201,3 +218,13 @@ def loads_event(data: bytes) -> tuple[tuple[str, ...], Any]:
     """Decode a custom stream event."""
     namespace, chunk = SERDE.loads(data)
     return tuple(namespace), chunk
+
+
+def dumps_error(error: BaseException) -> bytes:
+    """Encode an error so that ``loads_error`` rebuilds its type where the class is loaded."""
+    return SERDE.dumps(_error_record(error))
+
+
+def loads_error(data: bytes) -> BaseException:
+    """Decode an error written by ``dumps_error`` (a ``StoredError`` if its class is unknown)."""
+    return _rebuild_error(SERDE.loads(data))

@@ -118,6 +118,7 @@ class CeleryStep:
         self.run_id = run_id
         self.key = uuid.uuid4().hex
         self.pending = set(self.tasks)
+        self.slots: dict[str, str] = {}
         self.messages: dict[str, list[str]] = {}  # Celery message id -> task ids
         self.deadlines: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -128,9 +129,6 @@ class CeleryStep:
     def start(self, path: tuple[str, ...]) -> None:
         """Store the step, deliver known results, publish the rest, start gathering."""
         r = self.ex.redis
-        ids = list(self.tasks)
-        known: list[Any] = r.mget([keys.result(t) for t in ids]) if ids else []
-        todo = [self.tasks[t] for t, res in zip(ids, known, strict=True) if res is None]
         state = wire.StepState(
             channel_values=self.step.channel_values,
             config=self.step.config,
@@ -140,6 +138,10 @@ class CeleryStep:
             null_resume=self.step.null_resume.peek(),
             namespace=self.step.namespace,
         )
+        ids = list(self.tasks)
+        self.slots = {t: wire.slot(t, state) for t in ids}
+        known: list[Any] = r.mget([keys.result(self.slots[t]) for t in ids]) if ids else []
+        todo = [self.tasks[t] for t, res in zip(ids, known, strict=True) if res is None]
         mapping: dict[Any, Any] = {keys.STATE_FIELD: wire.dumps_state(state)}
         mapping.update({keys.task_input_field(t.id): wire.dumps_input(t.input, t) for t in todo})
         pipe = r.pipeline(transaction=False)
@@ -185,7 +187,7 @@ class CeleryStep:
                             self.key,
                             self.run_id,
                             timeout,
-                            [wire.describe_task(t) for t in chunk],
+                            [wire.describe_task(t, self.slots[t.id]) for t in chunk],
                         ],
                         task_id=message_id,
                         queue=spec.queue or self.ex.settings.queue,

@@ -87,7 +87,7 @@ class WorkerRuntime:
             keys.step(step_key),
             [keys.STATE_FIELD, *(keys.task_input_field(d[0]) for d in descs)],
         )
-        pipe.mget([keys.result(d[0]) for d in descs])
+        pipe.mget([keys.result(d[6]) for d in descs])
         cancelled, fields, known = pipe.execute()
         if cancelled or fields[0] is None:
             return 0  # the run was cancelled, or the step is over: nobody waits for results
@@ -110,16 +110,16 @@ class WorkerRuntime:
                 task = wire.read_task(desc, wire.loads_input(data))
                 result = wire.dumps_result(run_task(spec, task, step), task.name)
                 ran += 1
-            self.record(step_key, desc[0], result)
+            self.record(step_key, desc[6], result)
         return ran
 
-    def record(self, step_key: str, task_id: str, result: bytes) -> bool:
-        """Record ``result`` unless the task has one; report the kept one. True if it was ours."""
+    def record(self, step_key: str, slot: str, result: bytes) -> bool:
+        """Record ``result`` unless the slot has one; report the kept one. True if it was ours."""
         r = self.redis()
         kept = r.eval(
             _RECORD_LUA,
             3,
-            keys.result(task_id),
+            keys.result(slot),
             keys.inbox(step_key),
             keys.step(step_key),
             result,
@@ -141,10 +141,8 @@ class WorkerRuntime:
             f"worker with --graph {graph_id}, from the same version of the module."
         )
         log.error("%s", error)
-        for task_id, node, *_ in descs:
-            self.record(
-                step_key, task_id, wire.dumps_result(TaskResult(task_id, error=error), node)
-            )
+        for task_id, node, *_, slot in descs:
+            self.record(step_key, slot, wire.dumps_result(TaskResult(task_id, error=error), node))
         return True
 
     def _state(self, step_key: str, data: bytes) -> wire.StepState:
