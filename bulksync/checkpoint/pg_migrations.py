@@ -15,6 +15,8 @@ single history recorded in ``bulksync_migrations (version, applied_at)``::
     bulksync_thread_leases      which coordinator drives a thread, until when, and the fencing
                                 token its checkpoint commits are checked against
     bulksync_check_lease()      the check a fenced commit runs first (``FENCE_SQL``)
+    bulksync_runs               detached runs: status, owner and heartbeat, payload and output
+                                (``bulksync.coordinator.runs``)
 
 **Adding a migration** (for any module: the runs table too): append one SQL string at the end
 of ``MIGRATIONS``, written out here (importing it from the module that uses the table would
@@ -96,6 +98,31 @@ MIGRATIONS: tuple[str, ...] = (
                 DETAIL = coalesce(current_token::text, 'none');
         END IF;
     END $$""",
+    # 7: detached runs (bulksync/coordinator/runs.py documents the columns).
+    """CREATE TABLE bulksync_runs (
+        run_id text PRIMARY KEY,
+        seq bigint GENERATED ALWAYS AS IDENTITY,
+        thread_id text NOT NULL,
+        graph_id text NOT NULL,
+        kind text NOT NULL,
+        status text NOT NULL DEFAULT 'pending' CHECK (status IN
+            ('pending', 'running', 'interrupted', 'success', 'error', 'cancelled', 'timeout')),
+        payload bytea NOT NULL,
+        output bytea,
+        error text,
+        multitask_strategy text NOT NULL DEFAULT 'enqueue',
+        owner text,
+        heartbeat_at timestamptz,
+        cancel_requested boolean NOT NULL DEFAULT false,
+        attempts integer NOT NULL DEFAULT 0,
+        start_checkpoint text,
+        start_writes integer,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+    CREATE INDEX bulksync_runs_pending ON bulksync_runs (seq) WHERE status = 'pending';
+    CREATE INDEX bulksync_runs_running ON bulksync_runs (heartbeat_at) WHERE status = 'running';
+    CREATE INDEX bulksync_runs_by_thread ON bulksync_runs (thread_id, seq)""",
 )
 """Schema steps, applied in order; append new ones, never edit or reorder (see above)."""
 

@@ -71,6 +71,17 @@ class CompiledStateGraph:
             executor=executor,
         )
 
+    def with_checkpointer(self, checkpointer: CheckpointSaver | None) -> CompiledStateGraph:
+        """The same graph and executor, checkpointing to ``checkpointer`` (e.g. a fenced saver)."""
+        return CompiledStateGraph(
+            builder=self.builder,
+            spec=self.spec,
+            checkpointer=checkpointer,
+            debug=self.debug,
+            name=self.name,
+            executor=self.executor,
+        )
+
     # -- running ----------------------------------------------------------------------
 
     def invoke(

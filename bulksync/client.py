@@ -1,0 +1,455 @@
+"""Submit runs to the cluster and read their results: ``Client`` and ``RemoteGraph``.
+
+``Client`` talks to the same Postgres (the runs table) and Redis (run event streams, the
+coordinators' wake-up list) as the coordinator service; nothing here loads a graph. A run is
+inserted as ``pending`` and a coordinator is woken; it drives the run and streams its events
+to ``keys.events(run_id)``, which :meth:`Client.stream` reads with ``XREAD BLOCK`` —
+resumable from any event id — and :meth:`Client.wait` blocks on.
+
+``RemoteGraph("pkg.module:attr")`` offers the compiled graph's interface (``invoke``,
+``stream``, ``get_state``, ``get_state_history``, ``update_state``) with the same signatures
+and results, each call a run on the cluster. Errors raised in a run are raised again with
+their own type wherever their class is loaded (else as ``StoredError`` naming it).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import psycopg
+import redis
+from psycopg_pool import PoolTimeout
+
+from bulksync import keys, wire
+from bulksync.constants import THREAD_ID
+from bulksync.coordinator import runs
+from bulksync.coordinator.celery_executor import cancel_run
+from bulksync.coordinator.runs import Run, RunEvent, RunStore
+from bulksync.errors import ServiceUnavailableError
+from bulksync.graph.compiled import ALL_MODES
+from bulksync.settings import Settings, redact
+from bulksync.types import StateSnapshot
+
+__all__ = ["Client", "RemoteGraph", "Run", "RunEvent"]
+
+_BLOCK_MS = 2000  # one XREAD wait; between two, the run's row is checked (a lost end event)
+
+
+class Client:
+    """Submits runs to the coordinator service and follows them (connects on first use)."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings if settings is not None else Settings.from_env()
+        self._stack = ExitStack()
+        self._store: RunStore | None = None
+        self._redis: redis.Redis | None = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections (a later call opens them again)."""
+        self._stack.close()
+        self._store = None
+        if self._redis is not None:
+            self._redis.close()
+            self._redis = None
+
+    # -- runs -------------------------------------------------------------------------
+
+    def submit(
+        self,
+        graph_id: str,
+        input: Any,
+        *,
+        thread_id: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        stream_mode: str | Sequence[str] = "values",
+        subgraphs: bool = False,
+        multitask_strategy: str = "enqueue",
+        output_keys: Sequence[str] | str | None = None,
+        interrupt_before: Sequence[str] | str | None = None,
+        interrupt_after: Sequence[str] | str | None = None,
+        durability: str | None = None,
+    ) -> str:
+        """Queue a run of ``graph_id`` (as ``invoke`` would run it); return its id.
+
+        Raises:
+            ThreadBusyError: ``multitask_strategy="reject"`` and the thread has an active run.
+            ValueError: an unknown stream mode or strategy.
+            SerializationError: the input or config holds a value msgpack cannot encode.
+            ServiceUnavailableError: Postgres or Redis cannot be reached (URL named).
+        """
+        options = {
+            "output_keys": output_keys,
+            "interrupt_before": interrupt_before,
+            "interrupt_after": interrupt_after,
+            "durability": durability,
+        }
+        payload = {
+            "input": input,
+            "config": _run_config(config),
+            "stream_mode": _modes(stream_mode),
+            "subgraphs": subgraphs,
+            "options": options,
+        }
+        return self.create_run(
+            graph_id,
+            "invoke",
+            payload,
+            thread_id=thread_id,
+            multitask_strategy=multitask_strategy,
+        )
+
+    def create_run(
+        self,
+        graph_id: str,
+        kind: str,
+        payload: Mapping[str, Any],
+        *,
+        thread_id: str | None = None,
+        multitask_strategy: str = "enqueue",
+    ) -> str:
+        """Queue a run of any kind (``runs.KINDS``) with its payload; return its id.
+
+        The thread is ``thread_id``, else the payload config's, else a new one (written
+        into the config).
+        """
+        payload = dict(payload)
+        config = _run_config(payload.get("config"))
+        conf = config["configurable"]
+        thread = thread_id or conf.get(THREAD_ID)
+        if thread is None and kind in runs.READ_KINDS:
+            thread = ""  # e.g. a history across threads: no thread to name
+        elif thread is None:
+            thread = str(uuid.uuid4())
+        if thread:
+            conf[THREAD_ID] = thread
+        payload["config"] = config
+        store, client = self.store, self.redis
+        with self._connection_errors():
+            run = store.create(
+                graph_id=graph_id,
+                thread_id=str(thread),
+                kind=kind,
+                payload=payload,
+                multitask_strategy=multitask_strategy,
+            )
+            runs.wake(client)
+        return run.run_id
+
+    def get(self, run_id: str) -> Run:
+        """The run's current row.
+
+        Raises:
+            LookupError: no run has this id.
+        """
+        store = self.store
+        with self._connection_errors():
+            return store.require(run_id)
+
+    def wait(self, run_id: str, timeout: float | None = None) -> Run:
+        """Block until the run finishes (``interrupted`` counts); return its final row.
+
+        Raises:
+            TimeoutError: the run did not finish within ``timeout`` seconds.
+            LookupError: no run has this id.
+        """
+        run = self.get(run_id)
+        if run.finished:
+            return run
+        client, key = self.redis, keys.events(run_id)
+        with self._connection_errors():
+            last: Any = client.xrevrange(key, count=1)
+        if last and runs.loads_event(*last[0]).mode == runs.END:
+            return self.get(run_id)
+        after = runs.loads_event(*last[0]).id if last else "0"
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for event in self._events(run_id, after, deadline):
+            if event.mode == runs.END:
+                break
+        return self.get(run_id)
+
+    def stream(self, run_id: str, last_event_id: str = "0") -> Iterator[RunEvent]:
+        """The run's events after ``last_event_id`` ("0": from the start), until its end.
+
+        Each event has an ``id``: pass the last one seen to resume reading after it.
+
+        Raises:
+            LookupError: no run has this id.
+        """
+        self.get(run_id)
+        yield from self._events(run_id, last_event_id, None)
+
+    def cancel(self, run_id: str) -> Run:
+        """Cancel a run: a pending one at once, a running one as soon as its tasks stop.
+
+        Returns the run's row after the request (a finished run is left as it is).
+
+        Raises:
+            LookupError: no run has this id.
+        """
+        store, client = self.store, self.redis
+        with self._connection_errors():
+            before, run = store.request_cancel(run_id)
+            if before == runs.PENDING:  # no coordinator will write its end event
+                runs.add_event(client, run_id, runs.END, runs.end_event(run))
+            elif before == runs.RUNNING:
+                cancel_run(client, run_id)
+        return run
+
+    def list_runs(
+        self, thread_id: str | None = None, status: str | None = None, limit: int = 20
+    ) -> list[Run]:
+        """Runs newest first, optionally of one thread and/or one status."""
+        store = self.store
+        with self._connection_errors():
+            return store.list(thread_id=thread_id, status=status, limit=limit)
+
+    # -- connections --------------------------------------------------------------------
+
+    @property
+    def store(self) -> RunStore:
+        """The runs table (the pool opens on first use).
+
+        Raises:
+            ServiceUnavailableError: Postgres cannot be reached (URL named).
+        """
+        if self._store is None:
+            self._store = self._stack.enter_context(
+                RunStore.from_conn_string(self.settings.database_url)
+            )
+        return self._store
+
+    @property
+    def redis(self) -> redis.Redis:
+        """The Redis client (checked with a PING on first use).
+
+        Raises:
+            ServiceUnavailableError: Redis cannot be reached (URL named).
+        """
+        if self._redis is None:
+            client = redis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=3)
+            try:
+                client.ping()
+            except redis.RedisError as exc:
+                raise self._redis_unavailable(exc) from None
+            self._redis = client
+        return self._redis
+
+    @contextmanager
+    def _connection_errors(self) -> Iterator[None]:
+        """Raise a connection lost in the block as ``ServiceUnavailableError``."""
+        try:
+            yield
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise self._redis_unavailable(exc) from None
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise ServiceUnavailableError(
+                f"lost Postgres at {redact(self.settings.database_url)} ({exc}); check that "
+                "it is running and BULKSYNC_DATABASE_URL"
+            ) from None
+
+    def _redis_unavailable(self, exc: Exception) -> ServiceUnavailableError:
+        return ServiceUnavailableError(
+            f"cannot reach Redis at {redact(self.settings.redis_url)} ({exc}); start it or "
+            "set BULKSYNC_REDIS_URL"
+        )
+
+    def _events(self, run_id: str, after: Any, deadline: float | None) -> Iterator[RunEvent]:
+        """Events after ``after`` until the end event; blocks only while the run goes on."""
+        client, key = self.redis, keys.events(run_id)
+        finished = False
+        while True:
+            block: int | None = None  # a finished run's events are all there: just drain
+            if not finished:
+                block = _BLOCK_MS
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(
+                            f"run {run_id} did not finish in time; it goes on: wait again, "
+                            f"or cancel it (bulksync cancel {run_id})"
+                        )
+                    block = max(1, min(block, int(left * 1000)))
+            with self._connection_errors():
+                reply: Any = client.xread({key: after}, count=500, block=block)
+            if reply:
+                for entry_id, fields in reply[0][1]:
+                    event = runs.loads_event(entry_id, fields)
+                    after = event.id
+                    yield event
+                    if event.mode == runs.END:
+                        return
+            elif not finished:
+                finished = self.get(run_id).finished  # then drain what is left
+            else:
+                with self._connection_errors():
+                    last: Any = client.xrevrange(key, count=1)
+                if last and runs.loads_event(*last[0]).mode == runs.END:
+                    return  # read from after the end: nothing more to give
+                # The end event is missing (the stream expired, or its writer died).
+                yield RunEvent(str(after), (), runs.END, runs.end_event(self.get(run_id)))
+                return
+
+
+class RemoteGraph:
+    """A graph the cluster runs, with the compiled graph's interface.
+
+    ``graph_id`` is ``pkg.module:attr`` as the coordinator and workers loaded it (nothing is
+    imported here). Every call is a run: ``invoke``/``stream`` queue behind the thread's
+    active run, reads do not wait. ``timeout`` bounds each wait for a run's result
+    (``TimeoutError``; the run goes on); the default waits as long as the run takes.
+    """
+
+    def __init__(
+        self, graph_id: str, client: Client | None = None, *, timeout: float | None = None
+    ) -> None:
+        self.graph_id = graph_id
+        self.client = client if client is not None else Client()
+        self.timeout = timeout
+
+    def invoke(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        stream_mode: str = "values",
+        output_keys: Sequence[str] | str | None = None,
+        interrupt_before: Sequence[str] | str | None = None,
+        interrupt_after: Sequence[str] | str | None = None,
+        durability: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run to the end (or a pause) and return the output values, as the local graph."""
+        kw: dict[str, Any] = dict(
+            output_keys=output_keys,
+            interrupt_before=interrupt_before,
+            interrupt_after=interrupt_after,
+            durability=durability,
+        )
+        if stream_mode != "values":
+            return list(self.stream(input, config, stream_mode=stream_mode, **kw))
+        run_id = self.client.submit(
+            self.graph_id,
+            input,
+            config=config,
+            stream_mode=[],
+            output_keys=output_keys,
+            interrupt_before=interrupt_before,
+            interrupt_after=interrupt_after,
+            durability=durability,
+        )
+        return _result(self.client.wait(run_id, self.timeout))
+
+    def stream(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        stream_mode: str | Sequence[str] | None = None,
+        output_keys: Sequence[str] | str | None = None,
+        interrupt_before: Sequence[str] | str | None = None,
+        interrupt_after: Sequence[str] | str | None = None,
+        durability: str | None = None,
+        subgraphs: bool = False,
+        debug: bool | None = None,
+        **kwargs: Any,
+    ) -> Iterator[Any]:
+        """Run and yield the chunks the local graph would, framed the same way."""
+        single = isinstance(stream_mode, str) or stream_mode is None
+        modes = _modes(stream_mode or "updates")
+        if debug and "debug" not in modes:
+            modes.append("debug")
+        one_mode = single and len(modes) == 1
+        payload = {
+            "input": input,
+            "config": _run_config(config),
+            "stream_mode": modes,
+            "subgraphs": subgraphs,
+            "options": {
+                "output_keys": output_keys,
+                "interrupt_before": interrupt_before,
+                "interrupt_after": interrupt_after,
+                "durability": durability,
+            },
+        }
+        run_id = self.client.create_run(self.graph_id, "stream", payload)
+        for event in self.client.stream(run_id):
+            if event.mode == runs.END:
+                break
+            if event.mode not in modes:
+                continue
+            ns, mode, chunk = event.namespace, event.mode, event.chunk
+            if subgraphs:
+                yield (ns, chunk) if one_mode else (ns, mode, chunk)
+            else:
+                yield chunk if one_mode else (mode, chunk)
+        _result(self.client.get(run_id))
+
+    def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> StateSnapshot:
+        """The thread's current state (or at ``checkpoint_id``), with its next tasks."""
+        snapshot: StateSnapshot = self._call("get_state", config, {"subgraphs": subgraphs})
+        return snapshot
+
+    def get_state_history(
+        self,
+        config: Mapping[str, Any],
+        *,
+        filter: Mapping[str, Any] | None = None,
+        before: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+    ) -> Iterator[StateSnapshot]:
+        """The thread's checkpoints, newest first, as snapshots."""
+        options = {"filter": filter, "before": before, "limit": limit}
+        history: list[StateSnapshot] = self._call("get_state_history", config, options)
+        return iter(history)
+
+    def update_state(
+        self,
+        config: Mapping[str, Any],
+        values: Any,
+        as_node: str | None = None,
+        task_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Apply ``values`` as if ``as_node`` returned them; return the new checkpoint's config."""
+        options = {"as_node": as_node, "task_id": task_id}
+        result: dict[str, Any] = self._call("update_state", config, options, values=values)
+        return result
+
+    def _call(
+        self, kind: str, config: Mapping[str, Any], options: Mapping[str, Any], **extra: Any
+    ) -> Any:
+        payload = {"config": _run_config(config), "options": dict(options), **extra}
+        run_id = self.client.create_run(self.graph_id, kind, payload)
+        return _result(self.client.wait(run_id, self.timeout))
+
+
+def _run_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The parts of a config that travel with a run (live objects such as callbacks stay)."""
+    kept = {k: v for k, v in (config or {}).items() if k in wire.CONFIG_KEYS and k != "run_id"}
+    kept["configurable"] = dict(kept.get("configurable") or {})
+    return kept
+
+
+def _modes(stream_mode: str | Sequence[str]) -> list[str]:
+    modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
+    for mode in modes:
+        if mode not in ALL_MODES:
+            raise ValueError(f"Unknown stream_mode {mode!r}; use one of {ALL_MODES}.")
+    return modes
+
+
+def _result(run: Run) -> Any:
+    """A finished run's output, or its error raised again."""
+    error = run.exception()
+    if error is not None:
+        raise error
+    return run.output

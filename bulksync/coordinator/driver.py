@@ -1,0 +1,310 @@
+"""Driving one detached run, on its own thread of the coordinator service.
+
+A writer run (``invoke``, ``stream``, ``update_state``) first takes its thread's lease, so no
+other coordinator can commit to the thread meanwhile; its checkpoints go through a saver
+fenced with the lease's token. ``invoke``/``stream`` runs stream the registry graph bound to
+the coordinator's executor and push every chunk the caller asked for to the run's Redis
+stream, plus ``progress`` events; the row gets its final status, then the stream its ``end``
+event. Reads (``get_state``, ``get_state_history``) need no lease.
+
+**Taking a run over.** A run whose coordinator died is claimed again by another one. Its
+input must not be applied twice: when first driven, the run records the thread's head
+checkpoint and its number of input writes (``RunStore.mark_started``). Driven again, it
+compares them with the thread now — a newer head, or input writes added on the same head,
+mean the input was applied, and the run resumes with ``None`` (LangGraph's "continue the
+thread"); otherwise it starts from its input as if for the first time. The loop then replans
+the head's tasks: those with pending writes in Postgres or results in Redis are not run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import redis
+
+from bulksync import wire
+from bulksync.checkpoint.base import CheckpointTuple
+from bulksync.checkpoint.postgres import PostgresSaver
+from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, INTERRUPT, NULL_TASK_ID, THREAD_ID
+from bulksync.coordinator import runs
+from bulksync.coordinator.celery_executor import cancel_run
+from bulksync.coordinator.commands import is_resume_map
+from bulksync.coordinator.executor import Executor
+from bulksync.coordinator.runs import Run, RunStore
+from bulksync.errors import LeaseLostError, TaskCancelledError, TaskTimeoutError
+from bulksync.types import Command
+
+log = logging.getLogger("bulksync.coordinator")
+
+PROGRESS_EVERY = 0.2
+"""Seconds between two ``progress`` events of one step (its first and last are always sent)."""
+
+_INTERNAL_MODES = ("values", "updates", "debug")  # output, interrupts and progress
+
+
+@dataclasses.dataclass(frozen=True)
+class DriverContext:
+    """What every driver of one coordinator shares."""
+
+    store: RunStore
+    saver: PostgresSaver
+    redis: redis.Redis
+    owner: str
+    lease_ttl: float
+    graph_for: Callable[[str], Any]
+    executor_for: Callable[[str], Executor]
+    abandoned: threading.Event
+
+
+class RunDriver:
+    """Runs one claimed run to its final status (``run()`` is a thread's target)."""
+
+    def __init__(self, ctx: DriverContext, run: Run) -> None:
+        self.ctx = ctx
+        self.run_row = run
+        self.lease: tuple[str, int] | None = None
+        self.lost = threading.Event()  # another coordinator owns the run or its thread now
+        self.done = threading.Event()
+
+    @property
+    def run_id(self) -> str:
+        """The id of the run this driver drives."""
+        return self.run_row.run_id
+
+    def run(self) -> None:
+        """Drive the run; never raises (a failure becomes the run's ``error`` status)."""
+        try:
+            self._drive()
+        except Exception as exc:  # a bug or a lost service: record it rather than hang the run
+            log.exception("run %s: driver failed", self.run_id)
+            try:
+                self._finish(runs.ERROR, error=exc)
+            except Exception:  # the row stays running: a live coordinator takes it over
+                log.exception("run %s: could not record its failure", self.run_id)
+        finally:
+            if self.lease is not None and not self.ctx.abandoned.is_set():
+                thread, token = self.lease
+                try:
+                    self.ctx.saver.release_lease(thread, self.ctx.owner, token)
+                except Exception:  # expiry frees it anyway
+                    log.warning("run %s: could not release the lease of thread %s", *self.lease)
+            self.done.set()
+
+    def _drive(self) -> None:
+        run = self.run_row
+        if run.cancel_requested:
+            self._finish(runs.CANCELLED, error=TaskCancelledError(f"run {run.run_id} cancelled"))
+            return
+        graph = self.ctx.graph_for(run.graph_id)  # claimed because it is loaded here
+        payload = run.payload
+        if run.kind in runs.READ_KINDS:
+            try:
+                output = self._read(graph, run.kind, payload)
+            except Exception as exc:  # a bad config, an unencodable value: the caller's error
+                self._finish(runs.ERROR, error=exc)
+            else:
+                self._finish(runs.SUCCESS, output=output)
+            return
+        token = self._acquire(run.thread_id)
+        if token is None:
+            return  # abandoned while waiting
+        saver = self.ctx.saver.fenced(run.thread_id, token)
+        head = saver.get_tuple(_head_config(run.thread_id))
+        moved = grew = False
+        if run.start_writes is None:
+            self.ctx.store.mark_started(run.run_id, self.ctx.owner, _id(head), _input_writes(head))
+        else:
+            moved = _id(head) != run.start_checkpoint
+            grew = _input_writes(head) > run.start_writes
+        bound = graph.with_checkpointer(saver)
+        if run.kind == "update_state":
+            self._update_state(bound, payload, head if moved else None)
+            return
+        value = payload["input"]
+        if moved or grew:
+            value = None if moved else _resume_input(value)
+            log.info("run %s: taken over, resuming thread %s", run.run_id, run.thread_id)
+        executor = self.ctx.executor_for(run.graph_id)
+        self._stream(bound.with_executor(executor), payload, value, resumed=moved or grew)
+
+    # -- kinds ------------------------------------------------------------------------
+
+    def _read(self, graph: Any, kind: str, payload: Mapping[str, Any]) -> bytes:
+        bound = graph.with_checkpointer(self.ctx.saver)
+        if kind == "get_state":
+            return wire.SERDE.dumps(bound.get_state(payload["config"], **payload["options"]))
+        history = bound.get_state_history(payload["config"], **payload["options"])
+        return wire.SERDE.dumps(list(history))
+
+    def _update_state(
+        self, bound: Any, payload: Mapping[str, Any], applied: CheckpointTuple | None
+    ) -> None:
+        if applied is not None:  # committed before a takeover: report it, don't repeat it
+            self._finish(runs.SUCCESS, output=wire.SERDE.dumps(applied.config))
+            return
+        try:
+            config = bound.update_state(payload["config"], payload["values"], **payload["options"])
+        except LeaseLostError:
+            self.lost.set()
+            return
+        except Exception as exc:  # an unknown node or key: the caller's error
+            self._finish(runs.ERROR, error=exc)
+            return
+        self._finish(runs.SUCCESS, output=wire.SERDE.dumps(config))
+
+    def _stream(self, bound: Any, payload: Mapping[str, Any], value: Any, *, resumed: bool) -> None:
+        run = self.run_row
+        config = dict(payload["config"])
+        config["configurable"] = {**(config.get("configurable") or {}), THREAD_ID: run.thread_id}
+        config["run_id"] = run.run_id
+        if resumed:
+            config["configurable"].pop(CHECKPOINT_ID, None)  # continue from the head
+        wanted = list(payload["stream_mode"])
+        subgraphs = bool(payload["subgraphs"])
+        options = dict(payload["options"])
+        if run.kind == "invoke" and options.get("output_keys") is None:
+            options["output_keys"] = bound.spec.output_channels  # as invoke() does
+        options["durability"] = options.get("durability") or "sync"
+        modes = [*wanted, *(m for m in _INTERNAL_MODES if m not in wanted)]
+        tracker = _Tracker()
+        chunks = iter(bound.stream(value, config, stream_mode=modes, subgraphs=True, **options))
+        try:
+            while True:
+                try:
+                    ns, mode, chunk = next(chunks)
+                except StopIteration:
+                    break
+                except TaskCancelledError as exc:
+                    self._finish(runs.CANCELLED, error=exc)
+                    return
+                except TaskTimeoutError as exc:
+                    self._finish(runs.TIMEOUT, error=exc)
+                    return
+                except LeaseLostError as exc:
+                    log.warning("run %s: %s", run.run_id, exc)
+                    self.lost.set()
+                    return
+                except Exception as exc:  # the run's own failure (a node, a bad input, …)
+                    self._finish(runs.ERROR, error=exc)
+                    return
+                if self.ctx.abandoned.is_set():
+                    return
+                if mode in wanted and (subgraphs or not ns):
+                    self._event(ns, mode, chunk)
+                if not ns:
+                    progress = tracker.observe(mode, chunk)
+                    if progress is not None:
+                        self._event((), runs.PROGRESS, progress)
+        except BaseException:
+            # The driver failed while the loop still runs: stop the loop's tasks too.
+            if not self.ctx.abandoned.is_set() and not self.lost.is_set():
+                cancel_run(self.ctx.redis, run.run_id)
+            raise
+        status = runs.INTERRUPTED if tracker.interrupted else runs.SUCCESS
+        self._finish(status, output=wire.SERDE.dumps(tracker.output()))
+
+    # -- lease, events, final status ----------------------------------------------------
+
+    def _acquire(self, thread_id: str) -> int | None:
+        """The thread's lease; waits while another coordinator's lease is still live."""
+        while True:
+            token = self.ctx.saver.acquire_lease(thread_id, self.ctx.owner, self.ctx.lease_ttl)
+            if token is not None:
+                self.lease = (thread_id, token)
+                return token
+            # Held by a coordinator that stopped heartbeating (or an update_state in flight):
+            # it ends by expiry, so waiting is the only way forward.
+            if self.ctx.abandoned.wait(min(1.0, self.ctx.lease_ttl / 4)):
+                return None
+
+    def _event(self, namespace: tuple[str, ...], mode: str, chunk: Any) -> None:
+        runs.add_event(self.ctx.redis, self.run_id, mode, chunk, namespace)
+
+    def _finish(
+        self, status: str, *, output: bytes | None = None, error: BaseException | None = None
+    ) -> None:
+        if self.ctx.abandoned.is_set():
+            return
+        text = None
+        if error is not None:
+            output = wire.dumps_error(error)
+            text = f"{type(error).__name__}: {error}"
+        if not self.ctx.store.finish(
+            self.run_id, self.ctx.owner, status, output=output, error=text
+        ):
+            log.warning("run %s: another coordinator owns it now; result dropped", self.run_id)
+            self.lost.set()
+            return
+        self._event((), runs.END, {"status": status, "error": text})
+        if self.run_row.kind not in runs.READ_KINDS:
+            runs.wake(self.ctx.redis)  # a run queued behind this one may start now
+
+
+class _Tracker:
+    """Follows the root graph's chunks: the invoke-style output, interrupts and progress."""
+
+    def __init__(self) -> None:
+        self.latest: Any = None
+        self.interrupts: list[Any] = []
+        self.interrupted = False
+        self.step: int | None = None
+        self.done = 0
+        self.total = 0
+        self.sent = 0.0
+
+    def observe(self, mode: str, chunk: Any) -> dict[str, int] | None:
+        """Take one chunk; return a progress event to send, if one is due."""
+        if mode == "values":
+            self.latest = chunk
+        elif mode == "updates" and isinstance(chunk, dict) and INTERRUPT in chunk:
+            self.interrupted = True
+            self.interrupts.extend(chunk[INTERRUPT])
+        elif mode == "debug" and isinstance(chunk, dict):
+            if chunk.get("type") == "task":
+                if chunk.get("step") != self.step:
+                    self.step, self.done, self.total = chunk.get("step"), 0, 0
+                self.total += 1
+            elif chunk.get("type") == "task_result" and chunk.get("step") == self.step:
+                self.done += 1
+                now = time.monotonic()
+                if self.done in (1, self.total) or now - self.sent >= PROGRESS_EVERY:
+                    self.sent = now
+                    return {"step": self.step or 0, "done": self.done, "total": self.total}
+        return None
+
+    def output(self) -> Any:
+        """What ``invoke`` returns for the chunks seen (same rule as the local graph)."""
+        if not self.interrupts:
+            return self.latest
+        if isinstance(self.latest, dict):
+            return {**self.latest, INTERRUPT: self.interrupts}
+        return {INTERRUPT: self.interrupts}
+
+
+def _head_config(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {THREAD_ID: thread_id, CHECKPOINT_NS: ""}}
+
+
+def _id(saved: CheckpointTuple | None) -> str | None:
+    return None if saved is None else saved.checkpoint.id
+
+
+def _input_writes(saved: CheckpointTuple | None) -> int:
+    """How many writes a run's input (a ``Command``) left on the checkpoint."""
+    return 0 if saved is None else sum(1 for w in saved.pending_writes if w[0] == NULL_TASK_ID)
+
+
+def _resume_input(value: Any) -> Any:
+    """The input that continues a run whose ``Command`` left its writes on the same head.
+
+    Its update, gotos and single resume answer are recorded writes by now; a resume map
+    lives only in the run, so it is given again.
+    """
+    if isinstance(value, Command) and is_resume_map(value.resume):
+        return Command(resume=value.resume)
+    return None

@@ -1,0 +1,452 @@
+"""Detached runs: the ``bulksync_runs`` table, the queue coordinators take their work from.
+
+One row per run (created by migration 7 in ``pg_migrations.py``)::
+
+    run_id              text     the run's id (also its Redis event stream: keys.events)
+    seq                 bigint   submission order; "oldest first" means lowest seq
+    thread_id           text     the thread it runs on (generated when the caller gave none)
+    graph_id            text     ``pkg.module:attr``, as the coordinator loaded it
+    kind                text     invoke | stream | get_state | get_state_history | update_state
+    status              text     pending | running | interrupted | success | error |
+                                 cancelled | timeout
+    payload             bytea    msgpack (``wire.SERDE``) dict: input or command, config,
+                                 stream modes, options — whatever the kind needs
+    output              bytea    msgpack result; for error/timeout/cancelled the error record
+                                 (``wire.dumps_error``) so the caller re-raises its type
+    error               text     the error message of a run that failed
+    multitask_strategy  text     reject | enqueue
+    owner               text     the coordinator driving (or last drove) the run
+    heartbeat_at        timestamptz  the owner's last sign of life while running
+    cancel_requested    boolean  set by ``request_cancel`` on a running run
+    attempts            integer  how many times a coordinator claimed it
+    start_checkpoint    text     the thread's head checkpoint when the run was first driven,
+    start_writes        integer  and how many input (null-task) writes it had: a coordinator
+                                 taking the run over compares them with the thread now to
+                                 tell whether the input was already applied
+    created_at, updated_at timestamptz
+
+Postgres is the truth; Redis only wakes coordinators up. A thread runs at most one *writer*
+run (invoke, stream, update_state) at a time: later ones wait ("enqueue") or are refused
+("reject"). Reads (``get_state``, ``get_state_history``) never wait and never block. A
+coordinator claims only runs of the graphs it loaded; the others wait for one that did.
+
+**Events and wake-ups** (Redis; ``add_event``, ``wake``). A run's events go to the stream
+``keys.events(run_id)``, one entry each, field ``d``: msgpack ``[namespace, mode, chunk]``.
+``mode`` is a stream mode the run asked for, ``progress`` (``{"step", "done", "total"}`` of
+the root graph's current step) or, last, ``end`` (``{"status", "error"}``), written after
+the row's final status. A submission pushes to ``keys.WAKE``, where idle coordinators block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Final
+
+import redis
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+from redis.typing import EncodableT, FieldT
+
+from bulksync import keys, wire
+from bulksync.checkpoint import pg_migrations as pgm
+from bulksync.errors import (
+    BulkSyncError,
+    TaskCancelledError,
+    TaskTimeoutError,
+    ThreadBusyError,
+)
+
+PENDING: Final = "pending"
+RUNNING: Final = "running"
+INTERRUPTED: Final = "interrupted"
+SUCCESS: Final = "success"
+ERROR: Final = "error"
+CANCELLED: Final = "cancelled"
+TIMEOUT: Final = "timeout"
+STATUSES: Final = (PENDING, RUNNING, INTERRUPTED, SUCCESS, ERROR, CANCELLED, TIMEOUT)
+FINISHED: Final = frozenset({INTERRUPTED, SUCCESS, ERROR, CANCELLED, TIMEOUT})
+FAILED: Final = frozenset({ERROR, CANCELLED, TIMEOUT})
+
+EVENT_FIELD: Final = b"d"
+END: Final = "end"
+PROGRESS: Final = "progress"
+
+KINDS: Final = ("invoke", "stream", "get_state", "get_state_history", "update_state")
+READ_KINDS: Final = ("get_state", "get_state_history")
+STRATEGIES: Final = ("reject", "enqueue")
+
+_COLUMNS = (
+    "run_id, thread_id, graph_id, kind, status, payload, output, error, multitask_strategy, "
+    "owner, heartbeat_at, cancel_requested, attempts, start_checkpoint, start_writes, "
+    "created_at, updated_at"
+)
+_READS = "('get_state', 'get_state_history')"
+# Per thread, so two submissions to one thread cannot both see it idle ("reject").
+_THREAD_LOCK_SQL = (
+    "SELECT pg_advisory_xact_lock(hashtextextended("
+    "'bulksync_runs:' || coalesce(current_schema(), '') || ':' || %s, 0))"
+)
+_ACTIVE_SQL = f"""SELECT run_id, status FROM bulksync_runs
+    WHERE thread_id = %s AND status IN ('pending', 'running') AND kind NOT IN {_READS}
+    ORDER BY seq LIMIT 1"""
+_INSERT_SQL = f"""INSERT INTO bulksync_runs
+    (run_id, thread_id, graph_id, kind, payload, multitask_strategy)
+    VALUES (%s, %s, %s, %s, %s, %s) RETURNING {_COLUMNS}"""
+# Oldest first; a writer only when no writer of its thread runs or waits ahead of it.
+# SKIP LOCKED: coordinators claiming at once take different runs instead of queueing.
+_CLAIM_SQL = f"""WITH picked AS (
+    SELECT r.run_id FROM bulksync_runs r
+    WHERE r.status = 'pending' AND r.graph_id = ANY(%(graphs)s) AND (r.kind IN {_READS} OR (
+        NOT EXISTS (SELECT 1 FROM bulksync_runs a WHERE a.thread_id = r.thread_id
+                    AND a.status = 'running' AND a.kind NOT IN {_READS})
+        AND NOT EXISTS (SELECT 1 FROM bulksync_runs o WHERE o.thread_id = r.thread_id
+                    AND o.status = 'pending' AND o.kind NOT IN {_READS} AND o.seq < r.seq)))
+    ORDER BY r.seq LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED)
+UPDATE bulksync_runs r SET status = 'running', owner = %(owner)s, heartbeat_at = now(),
+    updated_at = now(), attempts = r.attempts + 1
+    FROM picked WHERE r.run_id = picked.run_id
+    RETURNING {", ".join(f"r.{c.strip()}" for c in _COLUMNS.split(","))}"""
+_HEARTBEAT_SQL = """UPDATE bulksync_runs SET heartbeat_at = now()
+    WHERE owner = %s AND status = 'running' AND run_id = ANY(%s) RETURNING run_id"""
+_STALE_SQL = f"""UPDATE bulksync_runs SET
+    status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+    error = CASE WHEN cancel_requested THEN 'cancelled while its coordinator was lost'
+                 ELSE error END,
+    owner = NULL, heartbeat_at = NULL, updated_at = now()
+    WHERE status = 'running' AND heartbeat_at < now() - make_interval(secs => %s)
+    RETURNING {_COLUMNS}"""
+_STARTED_SQL = """UPDATE bulksync_runs SET start_checkpoint = %s, start_writes = %s
+    WHERE run_id = %s AND owner = %s AND status = 'running' AND start_writes IS NULL"""
+_FINISH_SQL = """UPDATE bulksync_runs SET status = %s, output = %s, error = %s,
+    updated_at = now() WHERE run_id = %s AND owner = %s AND status = 'running'
+    RETURNING run_id"""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Run:
+    """One row of ``bulksync_runs``; ``payload``/``output`` are decoded on access."""
+
+    run_id: str
+    thread_id: str
+    graph_id: str
+    kind: str
+    status: str
+    payload_bytes: bytes
+    output_bytes: bytes | None
+    error: str | None
+    multitask_strategy: str
+    owner: str | None
+    heartbeat_at: datetime | None
+    cancel_requested: bool
+    attempts: int
+    start_checkpoint: str | None
+    start_writes: int | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run reached a final status (``interrupted`` included)."""
+        return self.status in FINISHED
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """What the run was asked to do (input, config, options)."""
+        value: dict[str, Any] = wire.SERDE.loads(self.payload_bytes)
+        return value
+
+    @property
+    def output(self) -> Any:
+        """The result of a successful or interrupted run (None otherwise)."""
+        if self.output_bytes is None or self.status in FAILED:
+            return None
+        return wire.SERDE.loads(self.output_bytes)
+
+    def exception(self) -> BaseException | None:
+        """The error that ended a failed run, of its original type where that is loaded."""
+        if self.status not in FAILED:
+            return None
+        if self.output_bytes is not None:
+            return wire.loads_error(self.output_bytes)
+        message = self.error or f"run {self.run_id} ended with status {self.status}"
+        if self.status == CANCELLED:
+            return TaskCancelledError(message)
+        if self.status == TIMEOUT:
+            return TaskTimeoutError(message)
+        return BulkSyncError(message)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One entry of a run's event stream; ``id`` resumes reading after it."""
+
+    id: str
+    namespace: tuple[str, ...]
+    mode: str
+    chunk: Any
+
+
+def dumps_event(namespace: Sequence[str], mode: str, chunk: Any) -> dict[FieldT, EncodableT]:
+    """The fields of a stream entry for one event."""
+    return {EVENT_FIELD: wire.SERDE.dumps([list(namespace), mode, chunk])}
+
+
+def loads_event(entry_id: Any, fields: Any) -> RunEvent:
+    """Decode a stream entry (``(id, fields)`` as redis-py returns it) from ``dumps_event``."""
+    namespace, mode, chunk = wire.SERDE.loads(fields[EVENT_FIELD])
+    ident = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+    return RunEvent(ident, tuple(namespace), mode, chunk)
+
+
+def add_event(
+    client: redis.Redis, run_id: str, mode: str, chunk: Any, namespace: Sequence[str] = ()
+) -> None:
+    """Append an event to the run's stream (``keys.events``), which lives ``RUN_TTL`` more."""
+    key = keys.events(run_id)
+    pipe = client.pipeline(transaction=False)
+    pipe.xadd(key, dumps_event(namespace, mode, chunk))
+    pipe.expire(key, keys.RUN_TTL)
+    pipe.execute()
+
+
+def wake(client: redis.Redis) -> None:
+    """Tell a waiting coordinator there is work (``keys.WAKE``, kept short)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.lpush(keys.WAKE, b"1")
+    pipe.ltrim(keys.WAKE, 0, 999)
+    pipe.execute()
+
+
+def end_event(run: Run) -> dict[str, Any]:
+    """The ``end`` event's chunk for a finished run."""
+    return {"status": run.status, "error": run.error}
+
+
+class RunStore:
+    """Runs in Postgres, through a psycopg pool (the same database as ``PostgresSaver``)."""
+
+    def __init__(self, pool: ConnectionPool[Any]) -> None:
+        self.pool = pool
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, url: str, *, max_size: int = 4) -> Iterator[RunStore]:
+        """Open a pool for the ``with`` block and apply the migrations.
+
+        Raises:
+            ServiceUnavailableError: Postgres cannot be reached at ``url`` (named).
+        """
+        from bulksync.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(url, max_size=max_size) as saver:
+            saver.setup()
+            yield cls(saver.pool)
+
+    def setup(self) -> None:
+        """Apply the migrations this database lacks (the runs table is one of them)."""
+        with self.pool.connection() as conn:
+            pgm.apply_migrations(conn, pgm.MIGRATIONS)
+
+    def create(
+        self,
+        *,
+        graph_id: str,
+        thread_id: str,
+        kind: str,
+        payload: Mapping[str, Any],
+        multitask_strategy: str = "enqueue",
+        run_id: str | None = None,
+    ) -> Run:
+        """Queue a run; it starts once no earlier writer run of its thread is active.
+
+        Raises:
+            ThreadBusyError: ``multitask_strategy="reject"`` and the thread has a pending or
+                running writer run (named).
+            ValueError: an unknown kind or strategy.
+            SerializationError: the payload holds a value msgpack cannot encode.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"unknown run kind {kind!r}; use one of {KINDS}")
+        if multitask_strategy not in STRATEGIES:
+            raise ValueError(
+                f"multitask_strategy={multitask_strategy!r}: use 'enqueue' (wait for the "
+                "thread's active run) or 'reject' (refuse while the thread is busy)."
+            )
+        data = wire.SERDE.dumps(dict(payload))
+        run_id = run_id or str(uuid.uuid4())
+        with self.pool.connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            cur.execute(_THREAD_LOCK_SQL, (thread_id,))
+            if multitask_strategy == "reject" and kind not in READ_KINDS:
+                active = cur.execute(_ACTIVE_SQL, (thread_id,)).fetchone()
+                if active is not None:
+                    raise ThreadBusyError(
+                        f"thread '{thread_id}' is busy with run {active['run_id']} "
+                        f"({active['status']}); wait for it (bulksync runs --thread "
+                        f"{thread_id}) or submit with multitask_strategy='enqueue' to queue "
+                        "behind it."
+                    )
+            args = (run_id, thread_id, graph_id, kind, data, multitask_strategy)
+            row = cur.execute(_INSERT_SQL, args).fetchone()
+        assert row is not None
+        return _run(row)
+
+    def claim(self, owner: str, limit: int, graph_ids: Sequence[str]) -> list[Run]:
+        """Mark up to ``limit`` runnable runs of ``graph_ids`` as running for ``owner``.
+
+        Oldest first; a writer run only when no earlier writer of its thread is active,
+        whatever its graph. Runs of other graphs are left to coordinators that loaded them.
+        """
+        if limit < 1 or not graph_ids:
+            return []
+        args = {"owner": owner, "limit": limit, "graphs": list(graph_ids)}
+        with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            rows = cur.execute(_CLAIM_SQL, args).fetchall()
+        return sorted((_run(r) for r in rows), key=lambda r: r.created_at)
+
+    def heartbeat(self, owner: str, run_ids: Sequence[str]) -> set[str]:
+        """Refresh ``owner``'s running runs; return those it still owns."""
+        if not run_ids:
+            return set()
+        with self.pool.connection() as conn:
+            rows = conn.execute(_HEARTBEAT_SQL, (owner, list(run_ids))).fetchall()
+        return {r[0] for r in rows}
+
+    def take_over_stale(self, stale_after: float) -> list[Run]:
+        """Make runs whose owner has not heartbeated for ``stale_after`` seconds claimable.
+
+        A run whose cancel was requested becomes ``cancelled`` instead. Returns the runs
+        changed, with their new status.
+        """
+        with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            return [_run(r) for r in cur.execute(_STALE_SQL, (float(stale_after),)).fetchall()]
+
+    def mark_started(self, run_id: str, owner: str, checkpoint_id: str | None, writes: int) -> None:
+        """Record the thread's head when the run is first driven (later calls change nothing)."""
+        with self.pool.connection() as conn:
+            conn.execute(_STARTED_SQL, (checkpoint_id, writes, run_id, owner))
+
+    def finish(
+        self,
+        run_id: str,
+        owner: str,
+        status: str,
+        *,
+        output: bytes | None = None,
+        error: str | None = None,
+    ) -> bool:
+        """Set a running run's final status; False when ``owner`` no longer drives it."""
+        if status not in FINISHED:
+            raise ValueError(f"{status!r} is not a final status; use one of {sorted(FINISHED)}")
+        with self.pool.connection() as conn:
+            row = conn.execute(_FINISH_SQL, (status, output, error, run_id, owner)).fetchone()
+        return row is not None
+
+    def request_cancel(self, run_id: str) -> tuple[str, Run]:
+        """Cancel a run: a pending one at once, a running one by flag (its driver stops it).
+
+        Returns the status before the request and the run after it; a finished run is left
+        as it is.
+
+        Raises:
+            LookupError: no run has this id.
+        """
+        with self.pool.connection() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            row = cur.execute(
+                f"SELECT {_COLUMNS} FROM bulksync_runs WHERE run_id = %s FOR UPDATE", (run_id,)
+            ).fetchone()
+            if row is None:
+                raise _unknown(run_id)
+            before = str(row["status"])
+            if before == PENDING:
+                sql = """UPDATE bulksync_runs SET status = 'cancelled', cancel_requested = true,
+                    error = 'cancelled before it started', updated_at = now() WHERE run_id = %s"""
+            elif before == RUNNING:
+                sql = """UPDATE bulksync_runs SET cancel_requested = true, updated_at = now()
+                    WHERE run_id = %s"""
+            else:
+                return before, _run(row)
+            cur.execute(sql, (run_id,))
+            after = cur.execute(
+                f"SELECT {_COLUMNS} FROM bulksync_runs WHERE run_id = %s", (run_id,)
+            ).fetchone()
+        assert after is not None
+        return before, _run(after)
+
+    def get(self, run_id: str) -> Run | None:
+        """The run with this id, if any."""
+        with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            row = cur.execute(
+                f"SELECT {_COLUMNS} FROM bulksync_runs WHERE run_id = %s", (run_id,)
+            ).fetchone()
+        return None if row is None else _run(row)
+
+    def require(self, run_id: str) -> Run:
+        """The run with this id.
+
+        Raises:
+            LookupError: no run has this id.
+        """
+        run = self.get(run_id)
+        if run is None:
+            raise _unknown(run_id)
+        return run
+
+    def list(
+        self, *, thread_id: str | None = None, status: str | None = None, limit: int = 20
+    ) -> list[Run]:
+        """Runs newest first, optionally of one thread and/or one status."""
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"unknown run status {status!r}; use one of {STATUSES}")
+        where, params = [], []
+        if thread_id is not None:
+            where.append("thread_id = %s")
+            params.append(thread_id)
+        if status is not None:
+            where.append("status = %s")
+            params.append(status)
+        sql = f"SELECT {_COLUMNS} FROM bulksync_runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY seq DESC LIMIT {max(0, int(limit))}"
+        with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            return [_run(r) for r in cur.execute(sql, params).fetchall()]
+
+
+def _run(row: Mapping[str, Any]) -> Run:
+    return Run(
+        run_id=row["run_id"],
+        thread_id=row["thread_id"],
+        graph_id=row["graph_id"],
+        kind=row["kind"],
+        status=row["status"],
+        payload_bytes=bytes(row["payload"]),
+        output_bytes=None if row["output"] is None else bytes(row["output"]),
+        error=row["error"],
+        multitask_strategy=row["multitask_strategy"],
+        owner=row["owner"],
+        heartbeat_at=row["heartbeat_at"],
+        cancel_requested=bool(row["cancel_requested"]),
+        attempts=int(row["attempts"]),
+        start_checkpoint=row["start_checkpoint"],
+        start_writes=row["start_writes"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _unknown(run_id: str) -> LookupError:
+    return LookupError(
+        f"no run '{run_id}' in this database; check the id (bulksync runs lists recent runs) "
+        "and BULKSYNC_DATABASE_URL."
+    )

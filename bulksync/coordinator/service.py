@@ -1,0 +1,284 @@
+"""The coordinator service: claims detached runs from Postgres and drives them concurrently.
+
+``bulksync coordinator --graph …`` runs :meth:`Coordinator.serve`. The loop:
+
+1. every ``heartbeat`` seconds, take over runs whose owner stopped heartbeating for
+   ``stale_after`` seconds (they become claimable again, and resume from their checkpoint);
+2. claim runnable runs, oldest first, up to ``max_runs`` driven at once; each gets a
+   :class:`~bulksync.coordinator.driver.RunDriver` on its own thread;
+3. when nothing more can be claimed, block on Redis ``BLPOP keys.WAKE`` (clients push there
+   on submit) for at most ``poll_interval`` seconds — Postgres stays the truth, so a lost
+   wake-up only delays a run until the next look at the table.
+
+A heartbeat thread refreshes ``heartbeat_at`` of the runs this process drives and renews
+their thread leases (whose time to live is ``stale_after``, so a lease and its run go stale
+together). A run another coordinator took over, or whose lease moved on, is marked lost:
+its commits are refused by the fence, and its result is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from celery import Celery
+
+from bulksync import keys
+from bulksync.checkpoint.postgres import PostgresSaver
+from bulksync.coordinator import runs
+from bulksync.coordinator.celery_executor import CeleryExecutor
+from bulksync.coordinator.driver import DriverContext, RunDriver
+from bulksync.coordinator.executor import Executor
+from bulksync.coordinator.runs import RunStore
+from bulksync.settings import Settings
+from bulksync.workers.app import make_app
+from bulksync.workers.registry import GraphRegistry
+
+log = logging.getLogger("bulksync.coordinator")
+
+DEFAULT_MAX_RUNS = 100
+DEFAULT_HEARTBEAT = 5.0
+DEFAULT_POLL_INTERVAL = 2.0
+
+ExecutorFactory = Callable[[str, Any], Executor]
+"""Builds the executor of a graph id (and its compiled graph)."""
+
+
+class Coordinator:
+    """Claims and drives runs of the graphs in ``registry`` until :meth:`stop`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        registry: GraphRegistry,
+        store: RunStore,
+        saver: PostgresSaver,
+        *,
+        app: Celery | None = None,
+        owner: str | None = None,
+        max_runs: int = DEFAULT_MAX_RUNS,
+        heartbeat: float = DEFAULT_HEARTBEAT,
+        stale_after: float | None = None,
+        poll_interval: float = DEFAULT_POLL_INTERVAL,
+        executor_factory: ExecutorFactory | None = None,
+    ) -> None:
+        if max_runs < 1 or heartbeat <= 0 or poll_interval <= 0:
+            raise ValueError("max_runs, heartbeat and poll_interval must be positive")
+        self.settings = settings
+        self.registry = registry
+        self.store = store
+        self.saver = saver
+        self.app = app
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.max_runs = max_runs
+        self.heartbeat = heartbeat
+        self.stale_after = stale_after if stale_after is not None else 3 * heartbeat
+        self.poll_interval = poll_interval
+        self._executor_factory = executor_factory
+        self.redis = redis.Redis.from_url(settings.redis_url)
+        self._executors: dict[str, Executor] = {}
+        self._drivers: dict[str, tuple[RunDriver, threading.Thread]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._abandoned = threading.Event()
+        self._halted = threading.Event()  # stop() returned: the heartbeat ends too
+        self._slot_free = threading.Event()
+        self._stopped = threading.Event()
+        self._serving = False
+        self.ctx = DriverContext(
+            store=store,
+            saver=saver,
+            redis=self.redis,
+            owner=self.owner,
+            lease_ttl=self.stale_after,
+            graph_for=registry.get,
+            executor_for=self._executor,
+            abandoned=self._abandoned,
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Claim and drive runs until :meth:`stop` is called (blocks)."""
+        self._stopped.clear()
+        self._serving = True
+        beat = threading.Thread(target=self._beat, name="bulksync-heartbeat", daemon=True)
+        beat.start()
+        next_reap = 0.0
+        try:
+            while not self._stop.is_set():
+                now = time.monotonic()
+                if now >= next_reap:
+                    next_reap = now + self.heartbeat
+                    self._guard(self._take_over)
+                if self._guard(self._claim):
+                    continue
+                self._wait()
+        finally:
+            self._stop.set()  # the heartbeat goes on while drivers finish
+            self._serving = False
+            self._stopped.set()
+
+    def start(self) -> threading.Thread:
+        """Serve on a background thread (tests, embedding)."""
+        thread = threading.Thread(target=self.serve, name="bulksync-coordinator", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self, *, abandon: bool = False, timeout: float | None = 60.0) -> None:
+        """Stop claiming; wait for the runs being driven to finish, ``timeout`` s in all.
+
+        ``abandon=True`` leaves them as a crash would: no final status, no lease released,
+        no more heartbeats — another coordinator takes them over once they are stale.
+        """
+        if abandon:
+            self._abandoned.set()
+        elif self._abandoned.is_set():
+            return  # its drivers were left to a crash's fate
+        self._stop.set()
+        self._slot_free.set()
+        if self._serving:
+            self._stopped.wait(timeout=self.poll_interval + 5)
+        if not abandon:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            for _, thread in self._active():
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        # Runs still going after the timeout lose their heartbeat: others take them over.
+        self._halted.set()
+        # Connections close now rather than at garbage collection; a driver still going
+        # reconnects.
+        self.redis.close()
+        with self._lock:
+            executors = list(self._executors.values())
+        for executor in executors:
+            if isinstance(executor, CeleryExecutor):
+                executor.redis.close()
+
+    @property
+    def active(self) -> list[str]:
+        """Ids of the runs this coordinator drives now."""
+        return [driver.run_id for driver, _ in self._active()]
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def _claim(self) -> bool:
+        """Start drivers for claimable runs; True when more may be waiting."""
+        free = self.max_runs - len(self._active())
+        if free <= 0:
+            return False
+        claimed = self.store.claim(self.owner, free, self.registry.ids())
+        for run in claimed:
+            driver = RunDriver(self.ctx, run)
+            thread = threading.Thread(
+                target=self._drive, args=(driver,), name=f"bulksync-run-{run.run_id[:8]}"
+            )
+            thread.daemon = True
+            with self._lock:
+                self._drivers[run.run_id] = (driver, thread)
+            thread.start()
+        return len(claimed) == free
+
+    def _drive(self, driver: RunDriver) -> None:
+        try:
+            driver.run()
+        finally:
+            with self._lock:
+                self._drivers.pop(driver.run_id, None)
+            self._slot_free.set()
+
+    def _wait(self) -> None:
+        """Block until a client's wake-up, a free slot, or ``poll_interval`` seconds."""
+        self._slot_free.clear()
+        if len(self._active()) >= self.max_runs:
+            # Full: leave wake-ups to coordinators that can take the work.
+            self._slot_free.wait(self.poll_interval)
+            return
+        try:
+            self.redis.blpop([keys.WAKE], timeout=self.poll_interval)
+        except redis.RedisError as exc:  # Postgres is the truth: go on without wake-ups
+            log.warning("coordinator %s: Redis wake-up failed (%s)", self.owner, exc)
+            self._stop.wait(self.poll_interval)
+
+    def _take_over(self) -> None:
+        """Release stale runs of dead coordinators; finish those whose cancel was asked."""
+        for run in self.store.take_over_stale(self.stale_after):
+            log.info("run %s: owner stopped heartbeating; now %s", run.run_id, run.status)
+            if run.status == runs.CANCELLED:
+                runs.add_event(self.redis, run.run_id, runs.END, runs.end_event(run))
+
+    def _beat(self) -> None:
+        """Heartbeat the runs driven here and renew their leases, until stopped."""
+        while not self._halted.wait(self.heartbeat):
+            if self._abandoned.is_set() or (self._stop.is_set() and not self._active()):
+                return  # while stop() waits, the runs still finishing keep their claim
+            self._guard(self._beat_once)
+
+    def _beat_once(self) -> None:
+        drivers = [d for d, _ in self._active()]
+        owned = self.store.heartbeat(self.owner, [d.run_id for d in drivers])
+        for driver in drivers:
+            if driver.done.is_set():
+                continue
+            if driver.run_id not in owned:
+                driver.lost.set()
+            lease = driver.lease
+            if lease is not None and not self.saver.renew_lease(
+                lease[0], self.owner, lease[1], self.stale_after
+            ):
+                driver.lost.set()
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _active(self) -> list[tuple[RunDriver, threading.Thread]]:
+        with self._lock:
+            return list(self._drivers.values())
+
+    def _executor(self, graph_id: str) -> Executor:
+        with self._lock:
+            executor = self._executors.get(graph_id)
+            if executor is None:
+                graph = self.registry.get(graph_id)
+                if self._executor_factory is not None:
+                    executor = self._executor_factory(graph_id, graph)
+                else:
+                    if self.app is None:
+                        self.app = make_app(self.settings)
+                    executor = CeleryExecutor(self.settings, graph_id, graph, app=self.app)
+                self._executors[graph_id] = executor
+            return executor
+
+    def _guard(self, step: Callable[[], Any]) -> Any:
+        """Run one loop step; a failing service is logged and retried on the next turn."""
+        try:
+            return step()
+        except Exception:
+            log.exception("coordinator %s: %s failed", self.owner, step.__name__)
+            self._stop.wait(self.poll_interval)
+            return False
+
+
+@contextmanager
+def open_coordinator(
+    settings: Settings, registry: GraphRegistry, **options: Any
+) -> Iterator[Coordinator]:
+    """A coordinator with its own Postgres pool (migrations applied); stopped on exit.
+
+    Raises:
+        ServiceUnavailableError: Postgres cannot be reached (the URL named).
+    """
+    max_runs = int(options.get("max_runs", DEFAULT_MAX_RUNS))
+    with PostgresSaver.from_conn_string(settings.database_url, max_size=min(max_runs, 32) + 4) as s:
+        s.setup()
+        coordinator = Coordinator(settings, registry, RunStore(s.pool), s, **options)
+        try:
+            yield coordinator
+        finally:
+            coordinator.stop()

@@ -1,0 +1,229 @@
+"""``RunStore``: the runs table on Postgres — queueing per thread, claims, heartbeats, takeover."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from bulksync import wire
+from bulksync.coordinator import runs
+from bulksync.coordinator.runs import RunStore
+from bulksync.errors import TaskCancelledError, ThreadBusyError
+from bulksync.types import Command, Interrupt
+
+pytestmark = pytest.mark.integration
+
+GRAPHS = ["g:graph"]
+
+
+@pytest.fixture
+def store(pg_schema: str) -> Iterator[RunStore]:
+    with RunStore.from_conn_string(pg_schema, max_size=8) as run_store:
+        yield run_store
+
+
+def submit(store: RunStore, thread: str, kind: str = "invoke", **kw: Any) -> str:
+    payload = {"input": {"n": 1}, "config": {"configurable": {"thread_id": thread}}}
+    return store.create(
+        graph_id="g:graph", thread_id=thread, kind=kind, payload=payload, **kw
+    ).run_id
+
+
+def age_heartbeat(store: RunStore, run_id: str) -> None:
+    """Make a run look abandoned: its last heartbeat an hour ago."""
+    with store.pool.connection() as conn:
+        conn.execute(
+            "UPDATE bulksync_runs SET heartbeat_at = now() - interval '1 hour' WHERE run_id = %s",
+            (run_id,),
+        )
+
+
+def test_create_stores_the_payload_and_starts_pending(store: RunStore) -> None:
+    payload = {"input": Command(resume={"a": (1, 2)}), "config": {"tags": ["x"]}}
+    run = store.create(graph_id="g:graph", thread_id="t", kind="stream", payload=payload)
+    assert run.status == runs.PENDING and run.owner is None and run.attempts == 0
+    assert run.payload == payload
+    assert store.get(run.run_id) == run
+    assert store.get("no-such-run") is None
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"kind": "explode"}, "unknown run kind 'explode'"),
+        ({"multitask_strategy": "interrupt"}, "multitask_strategy='interrupt': use 'enqueue'"),
+    ],
+)
+def test_create_refuses_unknown_kinds_and_strategies(
+    store: RunStore, kw: dict[str, Any], message: str
+) -> None:
+    args: dict[str, Any] = {"graph_id": "g", "thread_id": "t", "kind": "invoke", "payload": {}}
+    with pytest.raises(ValueError, match=message):
+        store.create(**{**args, **kw})
+
+
+def test_claim_takes_the_oldest_run_of_each_thread_only(store: RunStore) -> None:
+    a1, b1, a2 = submit(store, "a"), submit(store, "b"), submit(store, "a")
+    claimed = store.claim("me", 10, GRAPHS)
+    assert [r.run_id for r in claimed] == [a1, b1]
+    assert all(r.status == runs.RUNNING and r.owner == "me" and r.attempts == 1 for r in claimed)
+    assert store.claim("me", 10, GRAPHS) == []  # a2 waits for a1
+    assert store.finish(a1, "me", runs.SUCCESS, output=wire.SERDE.dumps({"n": 2}))
+    assert [r.run_id for r in store.claim("me", 10, GRAPHS)] == [a2]
+
+
+def test_claim_respects_the_limit_oldest_first(store: RunStore) -> None:
+    ids = [submit(store, f"t{i}") for i in range(5)]
+    assert [r.run_id for r in store.claim("me", 2, GRAPHS)] == ids[:2]
+    assert [r.run_id for r in store.claim("me", 0, GRAPHS)] == []
+    assert [r.run_id for r in store.claim("me", 10, GRAPHS)] == ids[2:]
+
+
+def test_claim_takes_only_runs_of_the_graphs_given(store: RunStore) -> None:
+    other = store.create(graph_id="other:graph", thread_id="t", kind="invoke", payload={})
+    mine = submit(store, "u")
+    assert [r.run_id for r in store.claim("me", 10, GRAPHS)] == [mine]
+    assert store.claim("me", 10, []) == []
+    assert [r.run_id for r in store.claim("you", 10, ["other:graph"])] == [other.run_id]
+
+
+def test_reads_neither_wait_for_nor_hold_up_writers(store: RunStore) -> None:
+    writer = submit(store, "t")
+    assert [r.run_id for r in store.claim("me", 1, GRAPHS)] == [writer]
+    read = submit(store, "t", kind="get_state", multitask_strategy="reject")
+    later = submit(store, "t")
+    assert [r.run_id for r in store.claim("me", 10, GRAPHS)] == [read]
+    store.finish(writer, "me", runs.SUCCESS)
+    assert [r.run_id for r in store.claim("me", 10, GRAPHS)] == [later]
+
+
+def test_concurrent_claims_never_share_a_run(store: RunStore) -> None:
+    ids = {submit(store, f"t{i}") for i in range(20)}
+    got: dict[str, list[str]] = {}
+    barrier = threading.Barrier(4)
+
+    def claim(owner: str) -> None:
+        barrier.wait()
+        got[owner] = [r.run_id for r in store.claim(owner, 20, GRAPHS)]
+
+    threads = [threading.Thread(target=claim, args=(f"c{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    claimed = [run_id for owned in got.values() for run_id in owned]
+    assert sorted(claimed) == sorted(ids)  # each run exactly once
+
+
+def test_reject_names_the_thread_and_its_active_run(store: RunStore) -> None:
+    first = submit(store, "busy")
+    with pytest.raises(ThreadBusyError) as err:
+        submit(store, "busy", multitask_strategy="reject")
+    assert f"thread 'busy' is busy with run {first} (pending)" in str(err.value)
+    assert "multitask_strategy='enqueue'" in str(err.value)
+    store.claim("me", 1, GRAPHS)
+    with pytest.raises(ThreadBusyError, match=rf"{first} \(running\)"):
+        submit(store, "busy", multitask_strategy="reject")
+    store.finish(first, "me", runs.INTERRUPTED)
+    submit(store, "busy", multitask_strategy="reject")  # idle again: accepted
+
+
+def test_heartbeat_reports_the_runs_still_owned(store: RunStore) -> None:
+    mine, theirs = submit(store, "a"), submit(store, "b")
+    store.claim("me", 1, GRAPHS)
+    store.claim("them", 1, GRAPHS)
+    assert store.heartbeat("me", [mine, theirs]) == {mine}
+    assert store.heartbeat("me", []) == set()
+
+
+def test_stale_runs_are_released_and_claimed_again(store: RunStore) -> None:
+    lost, alive = submit(store, "a"), submit(store, "b")
+    store.claim("dead", 2, GRAPHS)
+    age_heartbeat(store, lost)
+    (released,) = store.take_over_stale(60)
+    assert (released.run_id, released.status, released.owner) == (lost, runs.PENDING, None)
+    assert store.require(alive).status == runs.RUNNING
+    (again,) = store.claim("heir", 10, GRAPHS)
+    assert (again.run_id, again.owner, again.attempts) == (lost, "heir", 2)
+    # The dead owner can no longer finish it (its result would be dropped).
+    assert not store.finish(lost, "dead", runs.SUCCESS)
+    assert store.finish(lost, "heir", runs.SUCCESS)
+
+
+def test_a_stale_run_whose_cancel_was_asked_ends_cancelled(store: RunStore) -> None:
+    run_id = submit(store, "a")
+    store.claim("dead", 1, GRAPHS)
+    store.request_cancel(run_id)
+    age_heartbeat(store, run_id)
+    (changed,) = store.take_over_stale(60)
+    assert changed.status == runs.CANCELLED
+    assert isinstance(changed.exception(), TaskCancelledError)
+    assert store.claim("heir", 10, GRAPHS) == []
+
+
+def test_mark_started_keeps_the_first_head(store: RunStore) -> None:
+    run_id = submit(store, "a")
+    store.claim("me", 1, GRAPHS)
+    store.mark_started(run_id, "me", "ckpt-1", 0)
+    store.mark_started(run_id, "me", "ckpt-2", 3)
+    run = store.require(run_id)
+    assert (run.start_checkpoint, run.start_writes) == ("ckpt-1", 0)
+
+
+def test_finish_needs_a_final_status(store: RunStore) -> None:
+    run_id = submit(store, "a")
+    store.claim("me", 1, GRAPHS)
+    with pytest.raises(ValueError, match="'running' is not a final status"):
+        store.finish(run_id, "me", runs.RUNNING)
+
+
+def test_finished_runs_keep_output_and_error(store: RunStore) -> None:
+    ok, bad = submit(store, "a"), submit(store, "b")
+    store.claim("me", 2, GRAPHS)
+    pause = {"x": 1, "__interrupt__": [Interrupt("why?", "i1")]}
+    store.finish(ok, "me", runs.INTERRUPTED, output=wire.SERDE.dumps(pause))
+    failure = KeyError("boom")
+    store.finish(bad, "me", runs.ERROR, output=wire.dumps_error(failure), error="KeyError: boom")
+    assert store.require(ok).output == pause and store.require(ok).exception() is None
+    run = store.require(bad)
+    assert run.output is None and run.error == "KeyError: boom"
+    error = run.exception()
+    assert isinstance(error, KeyError) and error.args == ("boom",)
+
+
+def test_request_cancel_by_status(store: RunStore) -> None:
+    untouched, running, done = submit(store, "a"), submit(store, "b"), submit(store, "c")
+    store.claim("me", 10, GRAPHS)  # all three run now
+    store.finish(done, "me", runs.SUCCESS)
+    queued = submit(store, "b")  # waits behind `running`
+    before, run = store.request_cancel(queued)
+    assert (before, run.status, run.cancel_requested) == (runs.PENDING, runs.CANCELLED, True)
+    before, run = store.request_cancel(running)
+    assert (before, run.status, run.cancel_requested) == (runs.RUNNING, runs.RUNNING, True)
+    before, run = store.request_cancel(done)
+    assert (before, run.status, run.cancel_requested) == (runs.SUCCESS, runs.SUCCESS, False)
+    assert store.require(untouched).status == runs.RUNNING
+    with pytest.raises(LookupError, match="no run 'nope' in this database; check the id"):
+        store.request_cancel("nope")
+    with pytest.raises(LookupError, match="no run 'nope'"):
+        store.require("nope")
+
+
+def test_list_filters_newest_first(store: RunStore) -> None:
+    a1, b1, a2 = submit(store, "a"), submit(store, "b"), submit(store, "a")
+    store.claim("me", 10, GRAPHS)
+    assert [r.run_id for r in store.list()] == [a2, b1, a1]
+    assert [r.run_id for r in store.list(thread_id="a")] == [a2, a1]
+    assert [r.run_id for r in store.list(status=runs.PENDING)] == [a2]
+    assert [r.run_id for r in store.list(limit=1)] == [a2]
+    with pytest.raises(ValueError, match="unknown run status 'done'"):
+        store.list(status="done")
+
+
+def test_events_round_trip() -> None:
+    fields = runs.dumps_event(("sub:1",), "updates", {"n": (1, 2)})
+    event = runs.loads_event(b"1-0", fields)
+    assert event == runs.RunEvent("1-0", ("sub:1",), "updates", {"n": (1, 2)})

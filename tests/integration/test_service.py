@@ -1,0 +1,520 @@
+"""The coordinator service driving detached runs on real Postgres, Redis and Celery workers.
+
+Each test gets its own Postgres schema and coordinators running in this process (on threads),
+whose node tasks the session's in-process Celery worker (``cluster``) runs. The helpers at the
+top (``Service``, the ``service`` fixture) are imported by ``test_client.py`` too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import operator
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Annotated, Any, TypedDict
+
+import pytest
+import redis
+
+from bulksync.checkpoint.postgres import PostgresSaver
+from bulksync.cli import main
+from bulksync.client import Client
+from bulksync.coordinator import runs
+from bulksync.coordinator.celery_executor import CeleryExecutor
+from bulksync.coordinator.executor import Executor, StepInput, TaskResult
+from bulksync.coordinator.runs import RunStore
+from bulksync.coordinator.service import Coordinator
+from bulksync.demo import build_demo_graph, demo_input
+from bulksync.errors import TaskCancelledError, ThreadBusyError
+from bulksync.graph import END, START, StateGraph
+from bulksync.settings import Settings
+from bulksync.types import Command, Send, interrupt
+from bulksync.workers.registry import GraphRegistry
+
+pytestmark = pytest.mark.integration
+
+WAIT = 30.0  # seconds a test waits for a run before failing (never reached when all is well)
+
+
+class Service:
+    """Coordinators of one test, sharing its schema, registry and the session's worker."""
+
+    def __init__(self, cluster: Any, settings: Settings, stack: ExitStack) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self.stack = stack
+        self.registry = GraphRegistry()
+        self.client = stack.enter_context(Client(settings))
+        self.redis = redis.Redis.from_url(settings.redis_url)
+        self.prefix = f"test:{uuid.uuid4().hex[:10]}"
+
+    def register(self, graph: Any) -> str:
+        """Serve ``graph`` on the worker and the coordinators; its graph id."""
+        graph_id = self.cluster.register(graph)
+        if graph_id not in self.registry:
+            self.registry.add(graph_id, graph)
+        return graph_id
+
+    def start(self, **options: Any) -> Coordinator:
+        """A coordinator serving on a thread until the test ends (or it is stopped)."""
+        saver = self.stack.enter_context(
+            PostgresSaver.from_conn_string(self.settings.database_url, max_size=8)
+        )
+        saver.setup()
+        options.setdefault("heartbeat", 0.2)
+        options.setdefault("poll_interval", 0.2)
+        coordinator = Coordinator(
+            self.settings,
+            self.registry,
+            RunStore(saver.pool),
+            saver,
+            app=self.cluster.app,
+            **options,
+        )
+        coordinator.start()
+        self.stack.callback(coordinator.stop, timeout=WAIT)
+        return coordinator
+
+    def key(self, name: str) -> str:
+        """A Redis key of this test only."""
+        return f"{self.prefix}:{name}"
+
+    def gate(self, name: str) -> Callable[[], None]:
+        """A function that blocks until ``open_gate(name)`` (for nodes to wait on)."""
+        key, url = self.key(name), self.settings.redis_url
+
+        def wait() -> None:
+            with redis.Redis.from_url(url) as client:
+                client.blpop([key], timeout=WAIT)
+
+        return wait
+
+    def open_gate(self, name: str, times: int = 1) -> None:
+        """Let ``times`` waiters of gate ``name`` through."""
+        self.redis.rpush(self.key(name), *([b"1"] * times))
+
+    def count(self, name: str) -> int:
+        """The value of counter ``name`` (``INCR``-ed by nodes)."""
+        return int(self.redis.get(self.key(name)) or 0)
+
+
+@pytest.fixture
+def service(cluster: Any, pg_schema: str) -> Iterator[Service]:
+    settings = dataclasses.replace(cluster.settings, database_url=pg_schema)
+    with ExitStack() as stack:
+        svc = Service(cluster, settings, stack)
+        yield svc
+        svc.redis.delete(*(svc.redis.keys(f"{svc.prefix}:*") or [svc.prefix]))
+        svc.redis.close()
+
+
+class Counter(TypedDict, total=False):
+    """A state that only grows: each node appends its name."""
+
+    log: Annotated[list[str], operator.add]
+    answer: str
+
+
+def chain_graph(svc: Service, *, gate: str | None = None, fail: bool = False) -> Any:
+    """``first`` → ``second`` (waits on ``gate``, raises if ``fail``); both count their runs,
+    and ``second`` reports on list ``entered`` when it starts."""
+    r = redis.Redis.from_url(svc.settings.redis_url)
+    wait = svc.gate(gate) if gate else None
+
+    def first(state: Counter) -> dict[str, Any]:
+        r.incr(svc.key("first"))
+        return {"log": ["first"]}
+
+    def second(state: Counter) -> dict[str, Any]:
+        r.incr(svc.key("second"))
+        r.rpush(svc.key("entered"), b"second")
+        if wait is not None:
+            wait()
+        if fail:
+            raise KeyError("second failed on purpose")
+        return {"log": ["second"]}
+
+    builder: StateGraph[Counter] = StateGraph(Counter)
+    builder.add_node("first", first)
+    builder.add_node("second", second)
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "second")
+    builder.add_edge("second", END)
+    return builder.compile()
+
+
+def ask_graph() -> Any:
+    """One node that interrupts with a question and stores the answer."""
+
+    def ask(state: Counter) -> dict[str, Any]:
+        return {"answer": interrupt("what is the answer?"), "log": ["ask"]}
+
+    builder: StateGraph[Counter] = StateGraph(Counter)
+    builder.add_node("ask", ask)
+    builder.add_edge(START, "ask")
+    builder.add_edge("ask", END)
+    return builder.compile()
+
+
+# --- submit, wait, statuses -----------------------------------------------------------------
+
+
+def test_submit_wait_gives_the_local_final_state(service: Service) -> None:
+    graph = build_demo_graph().compile()
+    graph_id = service.register(graph)
+    service.start()
+    run_id = service.client.submit(graph_id, demo_input(12))
+    run = service.client.wait(run_id, timeout=WAIT)
+    assert run.status == runs.SUCCESS, run.error
+    assert run.output == graph.invoke(demo_input(12))
+    assert run.kind == "invoke" and run.graph_id == graph_id and run.error is None
+
+
+def test_runs_on_one_thread_are_queued_in_order(service: Service) -> None:
+    graph_id = service.register(chain_graph(service))
+    service.start()
+    thread = f"t-{uuid.uuid4().hex[:6]}"
+    ids = [service.client.submit(graph_id, {"log": [f"in{i}"]}, thread_id=thread) for i in range(3)]
+    finished = [service.client.wait(i, timeout=WAIT) for i in ids]
+    assert [r.status for r in finished] == [runs.SUCCESS] * 3
+    # Each run saw the state the previous one left: enqueued, never interleaved.
+    assert finished[-1].output["log"] == [
+        *("in0", "first", "second"),
+        *("in1", "first", "second"),
+        *("in2", "first", "second"),
+    ]
+    assert sorted(r.created_at for r in finished) == [r.created_at for r in finished]
+
+
+def test_reject_refuses_a_busy_thread_and_names_the_active_run(service: Service) -> None:
+    graph_id = service.register(chain_graph(service, gate="go"))
+    service.start()
+    first = service.client.submit(graph_id, {"log": []}, thread_id="busy")
+    with pytest.raises(ThreadBusyError, match=rf"thread 'busy' is busy with run {first}"):
+        service.client.submit(graph_id, {"log": []}, thread_id="busy", multitask_strategy="reject")
+    service.open_gate("go")
+    assert service.client.wait(first, timeout=WAIT).status == runs.SUCCESS
+    again = service.client.submit(
+        graph_id, {"log": []}, thread_id="busy", multitask_strategy="reject"
+    )
+    service.open_gate("go")
+    assert service.client.wait(again, timeout=WAIT).status == runs.SUCCESS
+
+
+def test_max_runs_bounds_the_runs_driven_at_once(service: Service) -> None:
+    graph_id = service.register(chain_graph(service, gate="go"))
+    coordinator = service.start(max_runs=1)
+    first = service.client.submit(graph_id, {"log": []}, thread_id="m1")
+    second = service.client.submit(graph_id, {"log": []}, thread_id="m2")
+    assert service.redis.blpop([service.key("entered")], timeout=WAIT)  # `first` is running
+    assert coordinator.active == [first]
+    assert service.client.get(second).status == runs.PENDING
+    service.open_gate("go", 2)
+    assert [service.client.wait(r, timeout=WAIT).status for r in (first, second)] == [
+        runs.SUCCESS,
+        runs.SUCCESS,
+    ]
+
+
+@pytest.mark.parametrize("option", ["max_runs", "heartbeat", "poll_interval"])
+def test_coordinator_options_must_be_positive(service: Service, option: str) -> None:
+    with pytest.raises(ValueError, match="max_runs, heartbeat and poll_interval must be positive"):
+        service.start(**{option: 0})
+
+
+def test_a_failing_node_ends_the_run_with_its_error(service: Service) -> None:
+    graph_id = service.register(chain_graph(service, fail=True))
+    service.start()
+    run = service.client.wait(service.client.submit(graph_id, {"log": []}), timeout=WAIT)
+    assert run.status == runs.ERROR
+    assert run.error is not None and "second failed on purpose" in run.error
+    error = run.exception()
+    assert isinstance(error, KeyError) and "second failed on purpose" in str(error)
+
+
+def test_a_coordinator_takes_only_runs_of_its_graphs(service: Service) -> None:
+    known = service.register(chain_graph(service))
+    service.start()
+    stranger = service.client.submit("no.such:graph", {})
+    mine = service.client.submit(known, {"log": []})
+    assert service.client.wait(mine, timeout=WAIT).status == runs.SUCCESS
+    with pytest.raises(TimeoutError, match=f"run {stranger} did not finish in time"):
+        service.client.wait(stranger, timeout=0.5)
+    assert service.client.get(stranger).status == runs.PENDING
+
+
+# --- cancel -------------------------------------------------------------------------------
+
+
+def test_cancel_a_pending_run_at_once(service: Service) -> None:
+    graph_id = service.register(chain_graph(service))
+    run_id = service.client.submit(graph_id, {"log": []})  # no coordinator yet
+    assert service.client.cancel(run_id).status == runs.CANCELLED
+    run = service.client.wait(run_id, timeout=WAIT)
+    assert run.status == runs.CANCELLED
+    assert isinstance(run.exception(), TaskCancelledError)
+    service.start()
+    other = service.client.wait(service.client.submit(graph_id, {"log": []}), timeout=WAIT)
+    assert other.status == runs.SUCCESS
+    assert service.count("first") == 1  # the cancelled run never ran
+
+
+def test_cancel_a_running_run_stops_it(service: Service) -> None:
+    graph_id = service.register(chain_graph(service, gate="never"))
+    service.start()
+    run_id = service.client.submit(graph_id, {"log": []}, thread_id="c1")
+    assert service.redis.blpop([service.key("entered")], timeout=WAIT)  # `second` is running
+    assert service.client.cancel(run_id).cancel_requested
+    run = service.client.wait(run_id, timeout=WAIT)
+    service.open_gate("never")  # free the worker thread
+    assert run.status == runs.CANCELLED
+    assert isinstance(run.exception(), TaskCancelledError)
+    # The thread is free again: a new run on it starts and finishes.
+    follow = service.client.submit(graph_id, {"log": []}, thread_id="c1")
+    service.open_gate("never")
+    assert service.client.wait(follow, timeout=WAIT).status == runs.SUCCESS
+
+
+# --- interrupts -----------------------------------------------------------------------------
+
+
+def test_an_interrupted_run_ends_interrupted(service: Service) -> None:
+    graph_id = service.register(ask_graph())
+    service.start()
+    run = service.client.wait(service.client.submit(graph_id, {"log": []}, thread_id="q"))
+    assert run.status == runs.INTERRUPTED
+    (pending,) = run.output["__interrupt__"]
+    assert pending.value == "what is the answer?"
+
+
+def test_interrupt_then_resume_with_a_command(service: Service) -> None:
+    graph = ask_graph()
+    graph_id = service.register(graph)
+    service.start()
+    run = service.client.wait(service.client.submit(graph_id, {"log": []}, thread_id="q"))
+    assert run.status == runs.INTERRUPTED
+    (pending,) = run.output["__interrupt__"]
+    assert pending.value == "what is the answer?"
+    resumed = service.client.submit(graph_id, Command(resume="42"), thread_id="q")
+    final = service.client.wait(resumed, timeout=WAIT)
+    assert final.status == runs.SUCCESS
+    assert final.output == {"log": ["ask"], "answer": "42"}
+
+
+# --- a coordinator lost mid-run -------------------------------------------------------------
+
+
+class Killable:
+    """An executor that stops dead on ``kill()``: no more steps, no more results delivered.
+
+    What a coordinator process killed with SIGKILL leaves behind, in this process: tasks
+    already sent go on running on the workers, but nothing here sees their results.
+    """
+
+    def __init__(self, inner: CeleryExecutor) -> None:
+        self.inner = inner
+        self.killed = False
+
+    def kill(self) -> None:
+        self.killed = True
+
+    def submit(
+        self,
+        spec: Any,
+        step: StepInput,
+        tasks: Any,
+        deliver: Callable[[TaskResult], None],
+    ) -> Any:
+        if self.killed:
+            raise SystemExit("this coordinator was killed")  # ends the orphaned loop thread
+
+        def gated(result: TaskResult) -> None:
+            if not self.killed:
+                deliver(result)
+
+        return self.inner.submit(spec, step, tasks, gated)
+
+
+class FanState(TypedDict, total=False):
+    """Items fanned out to ``work``; ``done`` gathers their results."""
+
+    items: list[int]
+    done: Annotated[list[int], operator.add]
+    total: int
+
+
+def fan_graph(svc: Service) -> Any:
+    """``start`` → one ``work`` task per item (waiting on gate ``work``) → ``total``.
+
+    Every node counts its executions in Redis; ``work`` reports on list ``entered`` when it
+    starts and on ``left`` when it is done.
+    """
+    r = redis.Redis.from_url(svc.settings.redis_url)
+    wait = svc.gate("work")
+
+    def start(state: FanState) -> dict[str, Any]:
+        r.incr(svc.key("start"))
+        return {}
+
+    def work(item: int) -> dict[str, Any]:
+        r.rpush(svc.key("entered"), item)
+        wait()
+        r.incr(svc.key("work"))
+        r.rpush(svc.key("left"), item)
+        return {"done": [item * 10]}
+
+    def total(state: FanState) -> dict[str, Any]:
+        r.incr(svc.key("total"))
+        return {"total": sum(state["done"])}
+
+    builder: StateGraph[FanState] = StateGraph(FanState)
+    builder.add_node("start", start)
+    builder.add_node("work", work)
+    builder.add_node("total", total)
+    builder.add_edge(START, "start")
+    builder.add_conditional_edges(
+        "start", lambda s: [Send("work", i) for i in s["items"]], ["work"]
+    )
+    builder.add_edge("work", "total")
+    builder.add_edge("total", END)
+    return builder.compile()
+
+
+def test_a_second_coordinator_takes_over_a_lost_run(service: Service) -> None:
+    graph = fan_graph(service)
+    graph_id = service.register(graph)
+    killable: list[Killable] = []
+
+    def executor_factory(gid: str, g: Any) -> Executor:
+        executor = Killable(CeleryExecutor(service.settings, gid, g, app=service.cluster.app))
+        killable.append(executor)
+        return executor
+
+    first = service.start(executor_factory=executor_factory, stale_after=1.0)
+    items = [1, 2, 3]
+    run_id = service.client.submit(graph_id, {"items": items}, thread_id="lost")
+    for _ in items:  # every `work` task is running on a worker
+        assert service.redis.blpop([service.key("entered")], timeout=WAIT) is not None
+
+    first.stop(abandon=True)  # the coordinator dies mid-step ...
+    (executor,) = killable
+    executor.kill()
+    service.open_gate("work", len(items))  # ... while its tasks finish on the workers
+    for _ in items:
+        assert service.redis.blpop([service.key("left")], timeout=WAIT) is not None
+    assert service.client.get(run_id).status == runs.RUNNING  # still claimed by the dead one
+
+    second = service.start(stale_after=1.0)
+    run = service.client.wait(run_id, timeout=WAIT)
+    assert run.status == runs.SUCCESS, run.error
+    assert run.owner == second.owner and run.attempts == 2
+    assert run.output == {"items": items, "done": [10, 20, 30], "total": 60}
+    # Tasks finished before the takeover were not run again.
+    assert [service.count(n) for n in ("start", "work", "total")] == [1, len(items), 1]
+    executor.inner.redis.close()  # the dead coordinator's loop thread holds it forever
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli_env(service: Service, monkeypatch: pytest.MonkeyPatch) -> Service:
+    """``bulksync …`` commands in this process talk to this test's services."""
+    monkeypatch.setenv("BULKSYNC_DATABASE_URL", service.settings.database_url)
+    monkeypatch.setenv("BULKSYNC_REDIS_URL", service.settings.redis_url)
+    monkeypatch.setenv("BULKSYNC_BROKER_URL", service.settings.broker_url)
+    monkeypatch.setenv("BULKSYNC_QUEUE", service.settings.queue)
+    return service
+
+
+def test_cli_submit_wait_shows_progress_then_the_output(
+    cli_env: Service, capsys: pytest.CaptureFixture[str]
+) -> None:
+    graph = build_demo_graph().compile()
+    graph_id = cli_env.register(graph)
+    cli_env.start()
+    text = json.dumps(demo_input(3, ["cats", "coffee"]))
+    assert main(["submit", graph_id, "--input", text, "--thread", "cli", "--wait"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == graph.invoke(demo_input(3, ["cats", "coffee"]))
+    assert err.count("\n") == 1  # one line, redrawn with \r
+    frames = err.rstrip("\n").split("\r")
+    assert any("step 2 · tasks 3/3" in f for f in frames), frames
+    assert "success" in frames[-1]
+
+    assert main(["runs", "--thread", "cli"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:3] == ["RUN", "STATUS", "KIND"]
+    assert table[1].split()[1:5] == ["success", "invoke", graph_id, "cli"]
+
+    assert main(["state", "cli", "--graph", graph_id]) == 0
+    state = json.loads(capsys.readouterr().out)
+    assert (state["values"], state["next"]) == (json.loads(out), [])
+    assert main(["history", "cli", "--graph", graph_id, "--limit", "2"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [(x["step"], x["next"]) for x in lines] == [(3, []), (2, ["summarize"])]
+
+
+def test_cli_submit_without_wait_prints_the_run_id(
+    cli_env: Service, capsys: pytest.CaptureFixture[str]
+) -> None:
+    graph_id = cli_env.register(ask_graph())
+    assert main(["resume", "q", "--graph", graph_id, "--value", '"42"']) == 0
+    run_id = capsys.readouterr().out.strip()
+    run = cli_env.client.get(run_id)
+    assert (run.thread_id, run.payload["input"]) == ("q", Command(resume="42"))
+    assert main(["cancel", run_id]) == 0
+    assert capsys.readouterr().out.strip() == f"{run_id}: cancelled"
+
+
+def test_cli_failed_run_exits_1_with_its_error(
+    cli_env: Service, capsys: pytest.CaptureFixture[str]
+) -> None:
+    graph_id = cli_env.register(chain_graph(cli_env, fail=True))
+    cli_env.start()
+    assert main(["submit", graph_id, "--input", "{}", "--wait"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "ended with status error: KeyError: 'second failed on purpose'" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["cancel", "nope"], "no run 'nope' in this database"),
+        (["state", "t", "--graph", "g:nothere", "--timeout", "0.1"], "no answer within 0.1 s"),
+        (
+            [
+                "submit",
+                "g:graph",
+                "--input",
+                "{}",
+                "--thread",
+                "busy",
+                "--multitask-strategy",
+                "reject",
+            ],
+            "thread 'busy' is busy with run",
+        ),
+    ],
+    ids=lambda v: v[0] if isinstance(v, list) else "",
+)
+def test_cli_errors_are_one_line(
+    cli_env: Service, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    cli_env.client.submit("g:graph", {}, thread_id="busy")  # never runs: no coordinator
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and message in err, err
+
+
+def test_cli_unreachable_redis_is_one_line(
+    cli_env: Service, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BULKSYNC_REDIS_URL", "redis://127.0.0.1:1/0")
+    assert main(["submit", "g:graph", "--input", "{}"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert "cannot reach Redis at redis://127.0.0.1:1/0" in err and "BULKSYNC_REDIS_URL" in err

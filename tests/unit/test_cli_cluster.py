@@ -1,0 +1,158 @@
+"""The run commands' command lines: help, parsing, JSON output, one-line errors (no services).
+
+Their runs against a real coordinator are in ``tests/integration/test_service.py``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import pytest
+
+from bulksync.cli import build_parser, main
+from bulksync.cli.cluster import STATUSES, STREAM_MODES, to_json
+from bulksync.coordinator import runs
+from bulksync.graph.compiled import ALL_MODES
+from bulksync.types import Interrupt
+
+COMMANDS = {
+    "coordinator": ["--graph", "--max-runs", "--heartbeat"],
+    "submit": ["GRAPH_ID", "--input", "--thread", "--stream-mode", "--wait"],
+    "runs": ["--thread", "--status", "--limit"],
+    "state": ["THREAD", "--graph"],
+    "history": ["THREAD", "--graph", "--limit"],
+    "resume": ["THREAD", "--graph", "--value"],
+    "cancel": ["RUN_ID"],
+}
+NO_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1: refused at once
+NO_POSTGRES = "postgresql://u:secret@127.0.0.1:1/db"
+
+
+@pytest.fixture(autouse=True)
+def _unreachable_services(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every service URL points where nothing answers, so no test here reaches a real one."""
+    monkeypatch.setenv("BULKSYNC_REDIS_URL", NO_REDIS)
+    monkeypatch.setenv("BULKSYNC_BROKER_URL", NO_REDIS)
+    monkeypatch.setenv("BULKSYNC_DATABASE_URL", NO_POSTGRES)
+
+
+def error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize(("command", "options"), COMMANDS.items(), ids=list(COMMANDS))
+def test_help_lists_the_options(
+    command: str, options: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: bulksync {command}")
+    for option in options:
+        assert option in out
+
+
+def test_the_commands_compose_runs_parse() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["coordinator", "--graph", "bulksync.demo"])
+    assert (args.graph, args.max_runs, args.heartbeat) == (["bulksync.demo"], 100, 5.0)
+    args = parser.parse_args(
+        ["submit", "bulksync.demo:graph", "--input", '{"topics": ["cats"], "fanout": 4}', "--wait"]
+    )
+    assert (args.graph_id, args.wait, args.stream_mode, args.thread) == (
+        "bulksync.demo:graph",
+        True,
+        "values",
+        None,
+    )
+
+
+def test_choices_follow_the_library() -> None:
+    assert STREAM_MODES == ALL_MODES
+    assert STATUSES == runs.STATUSES
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["submit", "g:graph", "--input", "{}"],
+        ["runs"],
+        ["state", "t1", "--graph", "g:graph"],
+        ["history", "t1", "--graph", "g:graph"],
+        ["resume", "t1", "--graph", "g:graph", "--value", '"yes"'],
+        ["cancel", "some-run"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_unreachable_postgres_is_one_line(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    line = error_line(capsys)
+    assert line.startswith(f"bulksync {argv[0]}: error: Cannot connect to Postgres at ")
+    assert "postgresql://u:***@127.0.0.1:1/db" in line and "secret" not in line
+    assert "BULKSYNC_DATABASE_URL" in line
+
+
+def test_coordinator_with_unreachable_redis_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["coordinator", "--graph", "bulksync.demo"]) == 2
+    line = error_line(capsys)
+    assert line.startswith(f"bulksync coordinator: error: cannot reach Redis at {NO_REDIS}")
+    assert "BULKSYNC_REDIS_URL" in line
+
+
+def test_coordinator_with_an_unknown_graph_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["coordinator", "--graph", "bulksync.no_such_module"]) == 2
+    assert "cannot import module 'bulksync.no_such_module'" in error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["submit", "g:graph", "--input", "{bad"], "--input is not valid JSON"),
+        (["resume", "t", "--graph", "g:graph", "--value", "yes"], "--value is not valid JSON"),
+    ],
+)
+def test_bad_json_is_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert message in error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["runs", "--status", "finished"],
+        ["runs", "--limit", "0"],
+        ["coordinator", "--graph", "bulksync.demo", "--heartbeat", "0"],
+        ["submit", "g:graph", "--input", "{}", "--stream-mode", "loud"],
+        ["state", "t1"],  # --graph is required
+    ],
+    ids=" ".join,
+)
+def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_to_json_shows_what_json_lacks() -> None:
+    value = {
+        "interrupt": Interrupt("why?", "i1"),
+        "pair": (1, 2),
+        "tags": {"b", "a"},
+        "at": datetime.datetime(2024, 1, 2, 3, 4, 5),
+        "other": object,
+    }
+    assert json.loads(to_json(value)) == {
+        "interrupt": {"value": "why?", "id": "i1", "response_schema": None},
+        "pair": [1, 2],
+        "tags": ["a", "b"],
+        "at": "2024-01-02T03:04:05",
+        "other": "<class 'object'>",
+    }
