@@ -5,7 +5,9 @@
     key                                   type    holds                               lifetime
     bulksync:step:<step key>              hash    ``state``: the step's claim check   until the
                                                   (channel values, config, resume);   step ends
-                                                  ``in:<task id>``: a task's input    (TTL guard)
+                                                  ``in:<task id>``: a task's input;   (TTL guard)
+                                                  ``batch:<message id>``: the task
+                                                  descriptors of a batched message
     bulksync:inbox:<step key>             list    what workers report, in order:      until the
                                                   results and custom stream events    step ends
     bulksync:result:<slot>                string  a task's first result (first wins)  RESULT_TTL
@@ -48,6 +50,11 @@ def step(step_key: str) -> str:
 def task_input_field(task_id: str) -> str:
     """The field of the step hash holding one task's input."""
     return f"in:{task_id}"
+
+
+def batch_field(message_id: str) -> str:
+    """The field of the step hash holding the task descriptors of one batched message."""
+    return f"batch:{message_id}"
 
 
 def inbox(step_key: str) -> str:

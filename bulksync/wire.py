@@ -55,6 +55,22 @@ class StepState:
     resume_map: Mapping[str, Any] | None
     null_resume: Any
     namespace: tuple[str, ...]
+    nesting: Nesting | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Nesting:
+    """What a graph invoked inside a node needs from the run to nest under its task.
+
+    A worker rebuilds the nesting context from it (``NestedInfo`` minus the saver, which
+    stays with the coordinator), so such a graph streams under the task's namespace.
+    """
+
+    recursion_limit: int
+    durability: str
+    modes: tuple[str, ...]
+    resuming: bool
+    checkpoint_map: Mapping[str, str]
 
 
 def dumps_state(state: StepState) -> bytes:
@@ -72,6 +88,7 @@ def dumps_state(state: StepState) -> bytes:
         state.resume_map,
         state.null_resume,
         list(state.namespace),
+        None if state.nesting is None else dataclasses.astuple(state.nesting),
     ]
     parts = [("(step state)", key, value) for key, value in state.channel_values.items()]
     parts += [("(run config)", key, value) for key, value in config.items()]
@@ -94,8 +111,17 @@ def _dumps_located(record: Any, parts: Sequence[tuple[str, str, Any]]) -> bytes:
 
 def loads_state(data: bytes) -> StepState:
     """Decode a step state written by ``dumps_state``."""
-    values, config, stop, resume, resume_map, null_resume, namespace = SERDE.loads(data)
-    return StepState(values, config, stop, resume, resume_map, null_resume, tuple(namespace))
+    values, config, stop, resume, resume_map, null_resume, namespace, nesting = SERDE.loads(data)
+    return StepState(
+        values,
+        config,
+        stop,
+        resume,
+        resume_map,
+        null_resume,
+        tuple(namespace),
+        None if nesting is None else Nesting(*nesting),
+    )
 
 
 def dumps_input(value: Any, task: Task) -> bytes:
@@ -147,6 +173,17 @@ def describe_task(task: Task, result_slot: str) -> list[Any]:
         task.checkpoint_ns,
         result_slot,
     ]
+
+
+def dumps_descs(descs: Sequence[list[Any]]) -> bytes:
+    """Encode the descriptors of a batched message's tasks (kept in the step hash)."""
+    return SERDE.dumps(list(descs))
+
+
+def loads_descs(data: bytes) -> list[list[Any]]:
+    """Decode descriptors written by ``dumps_descs``."""
+    descs: list[list[Any]] = SERDE.loads(data)
+    return descs
 
 
 def read_task(desc: Sequence[Any], value: Any) -> Task:
@@ -209,15 +246,16 @@ def _rebuild_error(record: Sequence[Any]) -> BaseException:
     return error
 
 
-def dumps_event(namespace: Sequence[str], chunk: Any) -> bytes:
-    """Encode a custom stream event (``get_stream_writer``) for the step's inbox."""
-    return SERDE.dumps([list(namespace), chunk])
+def dumps_event(namespace: Sequence[str], mode: str, chunk: Any) -> bytes:
+    """Encode a stream event a task emits while it runs (``get_stream_writer``, or a graph
+    invoked inside the node) for the step's inbox."""
+    return SERDE.dumps([list(namespace), mode, chunk])
 
 
-def loads_event(data: bytes) -> tuple[tuple[str, ...], Any]:
-    """Decode a custom stream event."""
-    namespace, chunk = SERDE.loads(data)
-    return tuple(namespace), chunk
+def loads_event(data: bytes) -> tuple[tuple[str, ...], str, Any]:
+    """Decode a stream event written by ``dumps_event``."""
+    namespace, mode, chunk = SERDE.loads(data)
+    return tuple(namespace), mode, chunk
 
 
 def dumps_error(error: BaseException) -> bytes:

@@ -30,6 +30,7 @@ from celery import Celery
 
 from bulksync import keys, wire
 from bulksync.coordinator.executor import StepInput, TaskResult
+from bulksync.coordinator.nested import NestedInfo
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import TaskCancelledError, TaskTimeoutError, UnknownGraphError
@@ -137,6 +138,7 @@ class CeleryStep:
             resume_map=self.step.resume_map,
             null_resume=self.step.null_resume.peek(),
             namespace=self.step.namespace,
+            nesting=_nesting(self.step.nested),
         )
         ids = list(self.tasks)
         self.slots = {t: wire.slot(t, state) for t in ids}
@@ -144,6 +146,15 @@ class CeleryStep:
         todo = [self.tasks[t] for t, res in zip(ids, known, strict=True) if res is None]
         mapping: dict[Any, Any] = {keys.STATE_FIELD: wire.dumps_state(state)}
         mapping.update({keys.task_input_field(t.id): wire.dumps_input(t.input, t) for t in todo})
+        batches = self._batches(todo)
+        # A batch's descriptors ride in the step hash too: a message stays small at any width.
+        mapping.update(
+            {
+                keys.batch_field(m): wire.dumps_descs([self._describe(t) for t in c])
+                for _, m, c in batches
+                if len(c) > 1
+            }
+        )
         pipe = r.pipeline(transaction=False)
         pipe.hset(keys.step(self.key), mapping=mapping)
         pipe.expire(keys.step(self.key), keys.STEP_TTL)
@@ -158,45 +169,51 @@ class CeleryStep:
                 self._deliver(wire.loads_result(res))
         if cancelled:
             self.cancel()
-        elif todo:
-            self._publish(path, todo)
+        elif batches:
+            self._publish(path, batches)
         threading.Thread(
             target=self._gather, name=f"bulksync-gather-{self.key[:8]}", daemon=True
         ).start()
 
-    def _publish(self, path: tuple[str, ...], todo: list[Task]) -> None:
+    def _describe(self, task: Task) -> list[Any]:
+        return wire.describe_task(task, self.slots[task.id])
+
+    def _batches(self, todo: list[Task]) -> list[tuple[str, str, list[Task]]]:
+        """``(node, message id, tasks)`` per message: a node's Send tasks several at a time."""
         by_node: dict[str, list[Task]] = defaultdict(list)
         for task in todo:
             by_node[task.name].append(task)
+        out = []
+        for node, group in by_node.items():
+            size = batch_size(len(group), self.ex.max_batch) if group[0].is_push else 1
+            for i in range(0, len(group), size):
+                out.append((node, uuid.uuid4().hex, group[i : i + size]))
+        return out
+
+    def _publish(self, path: tuple[str, ...], batches: list[tuple[str, str, list[Task]]]) -> None:
         thread = (self.step.config.get("configurable") or {}).get("thread_id", "")
         with self.ex.app.producer_or_acquire() as producer:
-            for node, group in by_node.items():
+            for node, message_id, chunk in batches:
                 spec = self.spec.nodes[node]
                 timeout = spec.timeout or self.ex.default_timeout
-                size = batch_size(len(group), self.ex.max_batch) if group[0].is_push else 1
-                for i in range(0, len(group), size):
-                    chunk = group[i : i + size]
-                    message_id = uuid.uuid4().hex
-                    with self._lock:
-                        self.messages[message_id] = [t.id for t in chunk]
-                    self.ex.app.send_task(
-                        task_name(self.ex.graph_id, path, node),
-                        args=[
-                            self.ex.graph_id,
-                            list(path),
-                            self.key,
-                            self.run_id,
-                            timeout,
-                            [wire.describe_task(t, self.slots[t.id]) for t in chunk],
-                        ],
-                        task_id=message_id,
-                        queue=spec.queue or self.ex.settings.queue,
-                        producer=producer,
-                        headers={MESSAGE_HEADER: self.ex.graph_id},
-                        argsrepr=_describe(self.run_id, thread, chunk),
-                        kwargsrepr="{}",
-                        time_limit=(timeout * len(chunk) + 10) if timeout else None,
-                    )
+                with self._lock:
+                    self.messages[message_id] = [t.id for t in chunk]
+                descs: Any = (
+                    keys.batch_field(message_id)
+                    if len(chunk) > 1
+                    else [self._describe(t) for t in chunk]
+                )
+                self.ex.app.send_task(
+                    task_name(self.ex.graph_id, path, node),
+                    args=[self.ex.graph_id, list(path), self.key, self.run_id, timeout, descs],
+                    task_id=message_id,
+                    queue=spec.queue or self.ex.settings.queue,
+                    producer=producer,
+                    headers={MESSAGE_HEADER: self.ex.graph_id},
+                    argsrepr=_describe(self.run_id, thread, chunk),
+                    kwargsrepr="{}",
+                    time_limit=(timeout * len(chunk) + 10) if timeout else None,
+                )
 
     # -- gather -----------------------------------------------------------------------
 
@@ -231,8 +248,7 @@ class CeleryStep:
         elif kind == wire.STARTED:
             self._started(data.decode())
         elif kind == wire.EVENT:
-            namespace, chunk = wire.loads_event(data)
-            self.step.sink(namespace, "custom", chunk)
+            self.step.sink(*wire.loads_event(data))
         elif kind == wire.CANCEL:
             self.cancel()
 
@@ -326,4 +342,17 @@ def _describe(run_id: str, thread: str, chunk: Sequence[Task]) -> str:
     return (
         f"run={run_id or '-'} thread={thread or '-'} step={first.step} node={first.name} "
         f"task={tasks}"
+    )
+
+
+def _nesting(info: NestedInfo | None) -> wire.Nesting | None:
+    """The part of a loop's nesting context that can travel to a worker."""
+    if info is None:
+        return None
+    return wire.Nesting(
+        recursion_limit=info.options.recursion_limit,
+        durability=info.options.durability,
+        modes=tuple(sorted(info.options.modes)),
+        resuming=info.resuming,
+        checkpoint_map=dict(info.checkpoint_map),
     )

@@ -40,11 +40,28 @@ def make_app(settings: Settings) -> Celery:
         task_default_queue=settings.queue,
         task_create_missing_queues=True,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout},
+        broker_transport_options=broker_transport_options(settings),
         worker_consumer="bulksync.workers.app:BulkSyncConsumer",
         worker_hijack_root_logger=False,
     )
     return app
+
+
+def broker_transport_options(settings: Settings) -> dict[str, Any]:
+    """Redis broker options: how long an unacknowledged message waits, and how often it is
+    looked for.
+
+    kombu sweeps the unacked set every ``unacked_restore_interval`` seconds but scans only on
+    every ``unacked_restore_throttle``-th sweep (defaults 10 and 10: every ~100 s), whatever
+    the visibility timeout. Scanning on every sweep, at least twice per visibility timeout
+    (at most every 10 s), makes a dead worker's messages come back soon after it expires.
+    """
+    every = max(1.0, min(10.0, settings.visibility_timeout / 2))
+    return {
+        "visibility_timeout": settings.visibility_timeout,
+        "unacked_restore_interval": every,
+        "unacked_restore_throttle": 1,
+    }
 
 
 class BulkSyncConsumer(Consumer):  # type: ignore[misc]

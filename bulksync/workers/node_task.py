@@ -23,9 +23,12 @@ from celery import Celery
 
 from bulksync import keys, wire
 from bulksync.context import NullResume
-from bulksync.coordinator.executor import StepInput, TaskResult
+from bulksync.coordinator.executor import StepInput, StreamSink, TaskResult
+from bulksync.coordinator.nested import NestedInfo
+from bulksync.coordinator.options import RunOptions
 from bulksync.errors import UnknownGraphError
 from bulksync.workers.execute import run_task
+from bulksync.workers.local import LocalExecutor
 from bulksync.workers.registry import GraphRegistry, task_name, walk_specs
 
 log = logging.getLogger(__name__)
@@ -33,12 +36,16 @@ log = logging.getLogger(__name__)
 MESSAGE_HEADER: Final = "bulksync"
 """Header marking a message as a bulksync node-task message (its value: the graph id)."""
 
-# KEYS: result key, inbox, step hash. ARGV: result, result TTL, step TTL.
-# Keep the first result; report the kept one to this delivery's inbox while its step lives.
+# KEYS: result key, inbox, step hash. ARGV: result, result TTL, step TTL, keep ("1"/"0").
+# Keep the first result unless told not to (an error: the same slot must run again when the
+# run is retried); report the kept one to this delivery's inbox while its step lives.
 _RECORD_LUA: Final = """
-local kept = ARGV[1]
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
-  kept = redis.call('GET', KEYS[1]) or ARGV[1]
+local kept = redis.call('GET', KEYS[1])
+if not kept then
+  kept = ARGV[1]
+  if ARGV[4] == '1' then
+    redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+  end
 end
 if redis.call('EXISTS', KEYS[3]) == 1 then
   redis.call('RPUSH', KEYS[2], 'r' .. kept)
@@ -76,11 +83,15 @@ class WorkerRuntime:
         step_key: str,
         run_id: str,
         timeout: float | None,
-        descs: list[Any],
+        descs: list[Any] | str,
     ) -> int:
-        """Run the tasks of one message; return how many ran here (not cancelled or known)."""
+        """Run the tasks of one message; return how many ran here (not cancelled or known).
+
+        ``descs`` lists the task descriptors, or names the step-hash field holding them.
+        """
         spec = self.registry.spec(graph_id, path)
         r = self.redis()
+        descs = self.descriptors(step_key, descs)
         pipe = r.pipeline(transaction=False)
         pipe.exists(keys.cancel(run_id))
         pipe.hmget(
@@ -92,29 +103,50 @@ class WorkerRuntime:
         if cancelled or fields[0] is None:
             return 0  # the run was cancelled, or the step is over: nobody waits for results
         state = self._state(step_key, fields[0])
+        null_resume = NullResume(state.null_resume)
+
+        def sink(namespace: Sequence[str], mode: str, chunk: Any) -> None:
+            event = wire.EVENT + wire.dumps_event(namespace, mode, chunk)
+            r.rpush(keys.inbox(step_key), event)
+
         step = StepInput(
             channel_values=state.channel_values,
             config=state.config,
             stop=state.stop,
             resume=state.resume,
             resume_map=state.resume_map,
-            null_resume=NullResume(state.null_resume),
-            sink=lambda ns, _mode, chunk: self._event(step_key, ns, chunk),
+            null_resume=null_resume,
+            sink=sink,
             namespace=state.namespace,
+            nested=nested_info(state, sink, null_resume),
         )
         ran = 0
         for desc, data, result in zip(descs, fields[1:], known, strict=True):
+            keep = True
             if result is None:
                 if timeout:  # the coordinator's clock for this task starts now
                     r.rpush(keys.inbox(step_key), wire.STARTED + desc[0].encode())
                 task = wire.read_task(desc, wire.loads_input(data))
-                result = wire.dumps_result(run_task(spec, task, step), task.name)
+                outcome = run_task(spec, task, step)
+                keep = outcome.error is None
+                result = wire.dumps_result(outcome, task.name)
                 ran += 1
-            self.record(step_key, desc[6], result)
+            self.record(step_key, desc[6], result, keep=keep)
         return ran
 
-    def record(self, step_key: str, slot: str, result: bytes) -> bool:
-        """Record ``result`` unless the slot has one; report the kept one. True if it was ours."""
+    def descriptors(self, step_key: str, descs: list[Any] | str) -> list[Any]:
+        """The descriptors a message carries, read from the step hash when it names them."""
+        if not isinstance(descs, str):
+            return descs
+        data = self.redis().hget(keys.step(step_key), descs)
+        return wire.loads_descs(data) if isinstance(data, bytes) else []  # None: step over
+
+    def record(self, step_key: str, slot: str, result: bytes, *, keep: bool = True) -> bool:
+        """Report ``result`` unless the slot has one (then report that); keep it if ``keep``.
+
+        An error is reported but not kept: a retry of the run must run the task again, as
+        in-process runs do. True if ``result`` is the one reported.
+        """
         r = self.redis()
         kept = r.eval(
             _RECORD_LUA,
@@ -125,6 +157,7 @@ class WorkerRuntime:
             result,
             keys.RESULT_TTL,
             keys.STEP_TTL,
+            "1" if keep else "0",
         )
         return bool(kept)
 
@@ -134,7 +167,7 @@ class WorkerRuntime:
         if not graph_id:
             return False
         args = message.decode()[0]
-        step_key, descs = args[2], args[5]
+        step_key, descs = args[2], self.descriptors(args[2], args[5])
         error = UnknownGraphError(
             f"no worker task '{message.headers.get('task')}': graph '{graph_id}' is not loaded "
             f"by this worker (loaded: {', '.join(self.registry.ids()) or 'none'}); start the "
@@ -142,7 +175,8 @@ class WorkerRuntime:
         )
         log.error("%s", error)
         for task_id, node, *_, slot in descs:
-            self.record(step_key, slot, wire.dumps_result(TaskResult(task_id, error=error), node))
+            result = wire.dumps_result(TaskResult(task_id, error=error), node)
+            self.record(step_key, slot, result, keep=False)
         return True
 
     def _state(self, step_key: str, data: bytes) -> wire.StepState:
@@ -158,9 +192,31 @@ class WorkerRuntime:
                 self._states.popitem(last=False)
         return state
 
-    def _event(self, step_key: str, namespace: Sequence[str], chunk: Any) -> None:
-        inbox = keys.inbox(step_key)
-        self.redis().rpush(inbox, wire.EVENT + wire.dumps_event(namespace, chunk))
+
+def nested_info(state: wire.StepState, sink: StreamSink, null_resume: NullResume) -> Any:
+    """The context a graph invoked inside a node nests under, rebuilt on this worker.
+
+    Its tasks run on this worker's threads and its events go to the step's inbox. It has no
+    saver: checkpoints stay with the coordinator, so such a graph checkpoints only if it was
+    compiled with a checkpointer of its own.
+    """
+    if state.nesting is None:
+        return None
+    nesting = state.nesting
+    return NestedInfo(
+        saver=None,
+        executor=LocalExecutor(),
+        sink=sink,
+        options=RunOptions(
+            config=state.config,
+            recursion_limit=nesting.recursion_limit,
+            durability=nesting.durability,
+            modes=frozenset(nesting.modes),
+        ),
+        resuming=nesting.resuming,
+        null_resume=null_resume,
+        checkpoint_map=nesting.checkpoint_map,
+    )
 
 
 _runtime: WorkerRuntime | None = None
@@ -192,7 +248,7 @@ def _node_task(
     step_key: str,
     run_id: str,
     timeout: float | None,
-    descs: list[Any],
+    descs: list[Any] | str,
 ) -> int:
     runtime = current_runtime()
     if runtime is None:
