@@ -135,13 +135,14 @@ def cluster(settings: Settings, redis_url: str) -> Iterator[Cluster]:
     from celery.contrib.testing.worker import start_worker
 
     from bulksync.workers.app import make_app
-    from bulksync.workers.node_task import WorkerRuntime
+    from bulksync.workers.node_task import WorkerRuntime, install
     from bulksync.workers.registry import GraphRegistry
 
     # Queues of their own, so test runs sharing a Redis never take each other's messages.
     settings = dataclasses.replace(settings, queue=f"bulksync-test-{uuid.uuid4().hex[:8]}")
     app = make_app(settings)
     runtime = WorkerRuntime(GraphRegistry(), settings.redis_url)
+    install(app, runtime)  # a message before the first register() still finds the runtime
     with start_worker(
         app,
         pool="threads",

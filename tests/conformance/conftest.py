@@ -14,8 +14,11 @@ its topic, then ``def test_my_case(conform: Conform) -> None: conform(my_case)``
 ``ordering.FinishOrder``, never observe anything else timing dependent) and observe plain
 data only.
 
-Flavours: ``impls.DEFAULT_FLAVOURS``; set ``CONFORMANCE_FLAVOURS=langgraph`` to self-check the
-scenarios against LangGraph alone, or list several (``bulksync,bulksync-celery``) once they exist.
+Flavours: ``impls.DEFAULT_FLAVOURS`` (``bulksync`` in-process and ``celery``, the same graphs
+attached to a Celery executor run by the session's in-process worker); set
+``CONFORMANCE_FLAVOURS=bulksync`` to run one of them, or ``CONFORMANCE_FLAVOURS=langgraph`` to
+self-check the scenarios against LangGraph alone. The ``celery`` flavour needs Redis: without
+it, its tests skip locally and fail under ``CI``, like every service test.
 """
 
 from __future__ import annotations
@@ -24,13 +27,22 @@ import pytest
 
 from .harness import Conform, Scenario
 from .harness import conform as run_conform
-from .impls import flavours
+from .impls import FIXTURES, bind, flavours
 
 
-@pytest.fixture(params=flavours())
+def _params() -> list[object]:
+    """The flavours as parameters; those needing services are marked ``integration``."""
+    return [
+        pytest.param(n, marks=pytest.mark.integration) if n in FIXTURES else n for n in flavours()
+    ]
+
+
+@pytest.fixture(params=_params())
 def flavour(request: pytest.FixtureRequest) -> str:
     """The name of the implementation compared against LangGraph in this test."""
     name: str = request.param
+    if name in FIXTURES:  # e.g. `celery` needs the cluster (skips when its services are absent)
+        bind(name, request.getfixturevalue(FIXTURES[name]))
     return name
 
 

@@ -2,13 +2,17 @@
 
 LangGraph is the reference. bulksync mirrors LangGraph module for module, so both are loaded
 the same way; bulksync is imported only when its `Impl` is built, so a missing bulksync name
-fails the bulksync side of a test and nothing else. A "flavour" is a named way to run bulksync
-(today: in-process; later e.g. the same graph through a Celery executor); a new flavour is a new
-entry in `LOADERS` whose `Impl.compiler` swaps how graphs are compiled or executed.
+fails the bulksync side of a test and nothing else. A "flavour" is a named way to run bulksync:
+`bulksync` runs graphs in-process; `celery` compiles them the same way and then attaches them
+to a Celery executor whose tasks the test session's in-process worker runs (the `cluster`
+fixture). A new flavour is a new entry in `LOADERS` whose `Impl.compiler` swaps how graphs are
+compiled or executed; a flavour that needs a fixture names it in `FIXTURES`, and the conftest
+hands the fixture's value to `bind` before the flavour is loaded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 from collections.abc import Callable
@@ -19,7 +23,7 @@ from typing import Any
 REFERENCE = "langgraph"
 """The implementation whose observations are the expected values."""
 
-DEFAULT_FLAVOURS = ("bulksync",)
+DEFAULT_FLAVOURS = ("bulksync", "celery")
 """The implementations compared against the reference when nothing else is asked for."""
 
 FLAVOURS_ENV = "CONFORMANCE_FLAVOURS"
@@ -83,9 +87,38 @@ def _load(pkg: str, name: str) -> Impl:
     )
 
 
+FIXTURES: dict[str, str] = {"celery": "cluster"}
+"""The fixture a flavour needs, by flavour name (its value goes to `bind`)."""
+
+_BOUND: dict[str, Any] = {}
+
+
+def bind(flavour: str, value: Any) -> None:
+    """Give `flavour` the value of its fixture (see `FIXTURES`) before it is loaded."""
+    if _BOUND.get(flavour) is not value:
+        _BOUND[flavour] = value
+        _CACHE.pop(flavour, None)
+
+
+def _load_celery() -> Impl:
+    """bulksync, each compiled graph attached to the session's Celery cluster."""
+    cluster = _BOUND.get("celery")
+    if cluster is None:
+        raise RuntimeError(
+            "the celery flavour needs the `cluster` fixture; run it through the conformance "
+            "conftest (which binds it), not by calling load_impl('celery') directly"
+        )
+
+    def compiler(builder: Any, **kw: Any) -> Any:
+        return cluster.attach(builder.compile(**kw))
+
+    return dataclasses.replace(_load("bulksync", "celery"), compiler=compiler)
+
+
 LOADERS: dict[str, Callable[[], Impl]] = {
     "langgraph": lambda: _load("langgraph", "langgraph"),
     "bulksync": lambda: _load("bulksync", "bulksync"),
+    "celery": _load_celery,
 }
 """How to build each implementation, by flavour name; called lazily, once per test session."""
 

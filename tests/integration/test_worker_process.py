@@ -1,0 +1,198 @@
+"""``bulksync worker --graph`` as a real subprocess, driven by an attached Celery executor.
+
+The graph lives in a module written to a temporary directory, which is on ``PYTHONPATH`` for
+the worker and on ``sys.path`` here, so both processes import it under the same name and the
+graph id ``<module>:graph`` means the same graph on both sides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bulksync.coordinator.celery_executor import CeleryExecutor
+from bulksync.errors import UnknownGraphError
+from bulksync.settings import Settings
+from bulksync.workers.app import make_app
+
+pytestmark = pytest.mark.integration
+
+READY_WAIT = 60.0
+"""Longest the test waits for the worker to answer a ping (a liveness bound, not a measure)."""
+
+GRAPH_MODULE = '''
+"""Graphs served by a `bulksync worker` subprocess in tests."""
+
+import operator
+import os
+from typing import Annotated, Any, TypedDict
+
+from bulksync.graph import START, StateGraph
+from bulksync.types import Send
+
+
+class State(TypedDict, total=False):
+    log: Annotated[list[Any], operator.add]
+    pids: Annotated[list[int], operator.add]
+    summary: str
+
+
+def route(state: State) -> list[Send]:
+    return [Send("square", i) for i in range(20)]
+
+
+def square(i: int) -> dict[str, Any]:
+    return {"log": [i * i], "pids": [os.getpid()]}
+
+
+def summarize(state: State) -> dict[str, Any]:
+    return {"summary": f"{len(state['log'])} squares, total {sum(state['log'])}"}
+
+
+builder = StateGraph(State)
+builder.add_node("square", square)
+builder.add_node("summarize", summarize)
+builder.add_conditional_edges(START, route, ["square"])
+builder.add_edge("square", "summarize")
+graph = builder.compile()
+'''
+
+
+@dataclasses.dataclass
+class WorkerProcess:
+    """A running ``bulksync worker`` and what it serves."""
+
+    proc: subprocess.Popen[bytes]
+    hostname: str
+    module: Any
+    settings: Settings
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def bulksync_command() -> list[str]:
+    """The ``bulksync`` console script of this interpreter's environment."""
+    script = Path(sys.executable).with_name("bulksync")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from bulksync.cli import main; sys.exit(main())"]
+
+
+def write_graph_module(directory: Path, source: str) -> str:
+    """Write ``source`` as a fresh module in ``directory``; return its (unique) name."""
+    name = f"bulksync_it_graph_{uuid.uuid4().hex[:10]}"
+    (directory / f"{name}.py").write_text(textwrap.dedent(source))
+    return name
+
+
+def wait_ready(app: Any, worker: WorkerProcess) -> None:
+    """Block until the worker answers a ping; fail with its output if it exits or stays mute."""
+    deadline = time.monotonic() + READY_WAIT
+    while time.monotonic() < deadline:
+        if worker.proc.poll() is not None:
+            pytest.fail(f"bulksync worker exited with {worker.proc.returncode}:\n{worker.output()}")
+        if app.control.ping(destination=[worker.hostname], timeout=0.5):
+            return
+    pytest.fail(f"bulksync worker did not answer a ping:\n{worker.output()}")
+
+
+def stop(worker: WorkerProcess) -> int:
+    """Warm shutdown (SIGTERM); return the exit code, killing the group if it hangs."""
+    if worker.proc.poll() is None:
+        worker.proc.send_signal(signal.SIGTERM)
+        try:
+            worker.proc.wait(timeout=READY_WAIT)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.proc.pid, signal.SIGKILL)
+            worker.proc.wait()
+    return worker.proc.returncode
+
+
+@pytest.fixture(scope="module")
+def worker(
+    tmp_path_factory: pytest.TempPathFactory, settings: Settings, redis_url: str
+) -> Iterator[WorkerProcess]:
+    directory = tmp_path_factory.mktemp("graphs")
+    name = write_graph_module(directory, GRAPH_MODULE)
+    sys.path.insert(0, str(directory))
+    module = importlib.import_module(name)
+    queue = f"bulksync-test-proc-{uuid.uuid4().hex[:8]}"
+    hostname = f"{queue}@localhost"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(directory), os.environ.get("PYTHONPATH", "")]),
+        "BULKSYNC_QUEUE": queue,
+        "BULKSYNC_BROKER_URL": settings.broker_url,
+        "BULKSYNC_REDIS_URL": settings.redis_url,
+    }
+    log = directory / "worker.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                *bulksync_command(),
+                "worker",
+                "--graph",
+                f"{name}:graph",
+                "--pool",
+                "prefork",
+                "--concurrency",
+                "2",
+                "--hostname",
+                hostname,
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, so nothing leaks past the test
+        )
+    running = WorkerProcess(proc, hostname, module, dataclasses.replace(settings, queue=queue), log)
+    try:
+        wait_ready(make_app(running.settings), running)
+        yield running
+    finally:
+        stop(running)
+        sys.path.remove(str(directory))
+        sys.modules.pop(name, None)
+
+
+def test_subprocess_worker_runs_the_graph(worker: WorkerProcess) -> None:
+    graph = worker.module.graph
+    graph_id = f"{worker.module.__name__}:graph"
+    executor = CeleryExecutor(worker.settings, graph_id, graph)
+    out = graph.with_executor(executor).invoke({"log": []})
+    local = graph.invoke({"log": []})
+    assert out["log"] == local["log"] == [i * i for i in range(20)]
+    assert out["summary"] == local["summary"]
+    assert os.getpid() not in out["pids"]  # the squares ran in the worker's processes
+    banner = worker.output()
+    assert f"bulksync worker: graphs {graph_id}" in banner
+    assert f"queues {worker.settings.queue}" in banner
+
+
+def test_subprocess_worker_refuses_a_graph_it_did_not_load(worker: WorkerProcess) -> None:
+    other = f"{worker.module.__name__}:other_graph"
+    executor = CeleryExecutor(worker.settings, other, worker.module.graph)
+    with pytest.raises(UnknownGraphError) as info:
+        worker.module.graph.with_executor(executor).invoke({"log": []})
+    assert f"graph '{other}' is not loaded" in str(info.value)
+    assert f"--graph {other}" in str(info.value)
+    assert f"{worker.module.__name__}:graph" in str(info.value)  # what it did load
+
+
+def test_subprocess_worker_stops_cleanly(worker: WorkerProcess) -> None:
+    # Runs last in this module: a warm shutdown ends the worker with exit code 0.
+    assert stop(worker) == 0, worker.output()

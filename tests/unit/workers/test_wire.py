@@ -1,0 +1,293 @@
+"""What crosses between coordinator and workers: step states, task descriptors, results, errors.
+
+Descriptors travel inside Celery messages, which kombu packs with plain msgpack (tuples come
+back as lists); everything else goes through the checkpoint serde. Each round trip here goes
+through the same encoder the cluster uses.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+import uuid
+from typing import Any
+
+import msgpack
+import pytest
+
+from bulksync import wire
+from bulksync.channels.base import MISSING
+from bulksync.checkpoint.serde import StoredError
+from bulksync.constants import PULL, PUSH, TASKS
+from bulksync.coordinator.executor import TaskResult
+from bulksync.coordinator.plan import Task
+from bulksync.errors import InvalidUpdateError, SerializationError, TaskTimeoutError
+from bulksync.types import Command, Interrupt, Send
+
+
+class Opaque:
+    """A value the wire cannot encode."""
+
+
+class NeedsTwo(Exception):
+    """An error whose constructor wants two arguments."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+
+
+class Custom(Exception):
+    """A user error defined in a loaded module."""
+
+
+def kombu_trip(value: Any) -> Any:
+    """What a Celery message body becomes after kombu's msgpack serializer."""
+    return msgpack.unpackb(msgpack.packb(value), raw=False)
+
+
+def task(**kw: Any) -> Task:
+    fields: dict[str, Any] = {
+        "id": str(uuid.uuid4()),
+        "name": "work",
+        "path": (PUSH, 3),
+        "input": {"i": 3},
+        "triggers": (PUSH,),
+        "step": 2,
+        "checkpoint_ns": "work:abc",
+    }
+    fields.update(kw)
+    return Task(**fields)
+
+
+# -- step state --------------------------------------------------------------------------
+
+
+def test_step_state_round_trips() -> None:
+    when = datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.UTC)
+    state = wire.StepState(
+        channel_values={"log": ["a", ("t", 1)], "tags": {"x", "y"}, "when": when},
+        config={"configurable": {"thread_id": "t1"}, "recursion_limit": 25, "run_id": "r1"},
+        stop=27,
+        resume={"task-1": ["yes", {"n": 1}]},
+        resume_map={"0123abcd": "answer"},
+        null_resume="go",
+        namespace=("parent:1", "child:2"),
+        nesting=wire.Nesting(
+            recursion_limit=25,
+            durability="sync",
+            modes=("custom", "updates"),
+            resuming=True,
+            checkpoint_map={"": "cp-1", "parent:1": "cp-2"},
+        ),
+    )
+    assert wire.loads_state(wire.dumps_state(state)) == state
+
+
+def test_step_state_keeps_only_the_config_a_node_can_use() -> None:
+    config = {
+        "configurable": {"thread_id": "t1"},
+        "tags": ["a"],
+        "callbacks": [Opaque()],  # live objects stay in the coordinator
+        "max_concurrency": 4,
+    }
+    state = wire.StepState({}, config, 1, {}, None, None, ())
+    assert wire.loads_state(wire.dumps_state(state)).config == {
+        "configurable": {"thread_id": "t1"},
+        "tags": ["a"],
+    }
+
+
+def test_unencodable_state_names_the_channel() -> None:
+    state = wire.StepState({"ok": 1, "bad": Opaque()}, {}, 1, {}, None, None, ())
+    with pytest.raises(SerializationError, match=r"\(step state\).*channel 'bad'.*Opaque"):
+        wire.dumps_state(state)
+
+
+def test_unencodable_config_names_the_key() -> None:
+    state = wire.StepState({}, {"metadata": {"who": Opaque()}}, 1, {}, None, None, ())
+    with pytest.raises(SerializationError, match=r"\(run config\).*'metadata'"):
+        wire.dumps_state(state)
+
+
+# -- task descriptors and inputs ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        (PULL, "work"),
+        (PUSH, 7),
+        (PUSH, (PULL, "plan"), 2, True),  # a Send from a PULL task's writes
+        (PUSH, (PUSH, (PULL, "a"), 0, False), 1, True),  # nested twice
+    ],
+)
+def test_task_descriptor_round_trips_through_a_celery_message(path: tuple[Any, ...]) -> None:
+    original = task(path=path, triggers=(PUSH, "branch:to:work"))
+    desc = kombu_trip(wire.describe_task(original, original.id))
+    value = wire.loads_input(wire.dumps_input(original.input, original))
+    assert wire.read_task(desc, value) == original
+    assert isinstance(wire.read_task(desc, value).path, tuple)
+
+
+def test_descriptor_carries_no_input() -> None:
+    big = task(input={"big": "s" * 100_000})
+    desc = wire.describe_task(big, big.id)
+    assert "sss" not in repr(desc)
+    assert len(msgpack.packb(desc)) < 300
+
+
+def step_state(**kw: Any) -> wire.StepState:
+    fields: dict[str, Any] = {
+        "channel_values": {},
+        "config": {},
+        "stop": 3,
+        "resume": {},
+        "resume_map": None,
+        "null_resume": None,
+        "namespace": (),
+    }
+    fields.update(kw)
+    return wire.StepState(**fields)
+
+
+def test_result_slot_is_the_task_id_when_the_task_has_no_answers() -> None:
+    assert wire.slot("t1", step_state(resume={"other": ["x"]})) == "t1"
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        {"resume": {"t1": ["yes"]}},
+        {"resume_map": {"abc": "yes"}},
+        {"null_resume": "yes"},
+    ],
+)
+def test_result_slot_of_a_resumed_task_depends_on_its_answers(answers: dict[str, Any]) -> None:
+    slot = wire.slot("t1", step_state(**answers))
+    assert slot.startswith("t1:") and slot != "t1"
+    assert wire.slot("t1", step_state(**answers)) == slot  # a pure function of the answers
+    other = {k: ({"t1": ["no"]} if k == "resume" else "no") for k in answers}
+    assert wire.slot("t1", step_state(**other)) != slot
+
+
+def test_missing_input_round_trips() -> None:
+    assert wire.loads_input(wire.dumps_input(MISSING, task())) is MISSING
+    assert wire.loads_input(None) is MISSING
+    assert wire.loads_input(wire.dumps_input(None, task())) is None
+
+
+def test_unencodable_input_names_the_node() -> None:
+    with pytest.raises(SerializationError, match=r"node 'work'.*task input.*Opaque"):
+        wire.dumps_input({"x": Opaque()}, task())
+
+
+# -- results ---------------------------------------------------------------------------
+
+
+def test_result_with_sends_commands_and_interrupts_round_trips() -> None:
+    result = TaskResult(
+        "task-1",
+        writes=(
+            ("log", ["done", ("tuple", 1)]),
+            (TASKS, Send("work", {"i": 1, "when": datetime.date(2024, 1, 2)})),
+            ("branch:to:next", None),
+            ("cmd", Command(graph=Command.PARENT, update={"a": 1}, goto=[Send("x", 2), "y"])),
+        ),
+        interrupts=(Interrupt({"question": "ok?"}, id="abc123"),),
+    )
+    back = wire.loads_result(wire.dumps_result(result, "work"))
+    assert back == result
+
+
+def test_empty_result_round_trips() -> None:
+    result = TaskResult("task-2")
+    assert wire.loads_result(wire.dumps_result(result, "work")) == result
+
+
+def test_unencodable_write_becomes_a_serialization_error_naming_node_and_channel() -> None:
+    result = TaskResult("task-3", writes=(("fine", 1), ("note", Opaque())))
+    back = wire.loads_result(wire.dumps_result(result, "leaky"))
+    assert back.writes == ()
+    assert isinstance(back.error, SerializationError)
+    assert "node 'leaky'" in str(back.error) and "channel 'note'" in str(back.error)
+    assert "Opaque" in str(back.error)
+
+
+def test_unencodable_interrupt_value_is_named() -> None:
+    result = TaskResult("task-4", interrupts=(Interrupt(Opaque(), id="i1"),))
+    back = wire.loads_result(wire.dumps_result(result, "asker"))
+    assert isinstance(back.error, SerializationError)
+    assert "node 'asker'" in str(back.error) and "interrupt value" in str(back.error)
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+def error_trip(error: BaseException) -> BaseException:
+    try:  # raised, so that the record carries a real traceback
+        raise error
+    except BaseException as exc:
+        result = TaskResult("task-e", error=exc)
+    back = wire.loads_result(wire.dumps_result(result, "node")).error
+    assert back is not None
+    return back
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ValueError("bad value 42"),
+        KeyError("missing"),
+        TaskTimeoutError("node 'slow': too long"),
+        InvalidUpdateError("two values for 'x'"),
+        Custom("user error"),
+    ],
+)
+def test_errors_keep_their_type_and_message(error: BaseException) -> None:
+    back = error_trip(error)
+    assert type(back) is type(error)
+    assert str(back) == str(error)
+    assert back.args == error.args
+    assert any("Traceback" in n and "in error_trip" in n for n in back.__notes__)
+
+
+def test_error_of_a_class_not_loaded_here_arrives_as_stored_error() -> None:
+    class Elsewhere(Exception):
+        pass
+
+    Elsewhere.__module__ = "bulksync_tests_not_imported_module"
+    assert Elsewhere.__module__ not in sys.modules
+    back = error_trip(Elsewhere("from far away"))
+    assert isinstance(back, StoredError)
+    assert back.type_name.startswith("bulksync_tests_not_imported_module.")
+    assert back.type_name.endswith(".Elsewhere")
+    assert back.message == "from far away"
+    assert any("Traceback" in n for n in back.__notes__)
+
+
+def test_error_whose_constructor_refuses_its_args_keeps_its_name() -> None:
+    back = error_trip(NeedsTwo(7, "broken"))  # its args are ("7: broken",): one too few
+    assert isinstance(back, StoredError)
+    assert back.type_name.endswith(".NeedsTwo")
+    assert str(back) == "7: broken"
+
+
+def test_error_with_unencodable_args_keeps_its_message() -> None:
+    back = error_trip(ValueError(Opaque()))
+    assert type(back) is ValueError
+    assert "Opaque" in str(back)
+
+
+# -- custom events -----------------------------------------------------------------------
+
+
+def test_stream_event_round_trips() -> None:
+    chunk = {"progress": 3, "at": datetime.time(1, 2), "ids": (1, 2)}
+    data = wire.dumps_event(("parent:1", "child:2"), "custom", chunk)
+    assert wire.loads_event(data) == (("parent:1", "child:2"), "custom", chunk)
+
+
+def test_unencodable_custom_event_is_refused() -> None:
+    with pytest.raises(SerializationError, match="Opaque"):
+        wire.dumps_event((), "custom", {"x": Opaque()})
