@@ -14,7 +14,7 @@ so a value that could not be stored fails the same way on every saver.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, THREAD_ID, WRITES_IDX_MAP
@@ -176,3 +176,34 @@ def before_id(before: Mapping[str, Any] | None) -> str | None:
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
     """Whether every key of ``filter`` has the same value in ``metadata``."""
     return not filter or all(metadata.get(k) == v for k, v in filter.items())
+
+
+def keyset_pages(
+    read_page: Callable[[int, list[Any]], Sequence[CheckpointTuple]],
+    *,
+    filter: Mapping[str, Any] | None,
+    exact: bool,
+    limit: int | None,
+    page_size: int,
+) -> Iterator[CheckpointTuple]:
+    """A SQL saver's ``list``: checkpoints newest first, read one page query at a time.
+
+    ``read_page(size, after)`` returns up to ``size`` rows ordered by (checkpoint id, thread,
+    namespace) descending, strictly after the key ``after`` (``[]``: from the start). Each
+    page is a fresh query, so no cursor stays open across yields. ``exact`` says the query
+    already applied ``filter``; otherwise rows are matched here.
+    """
+    left, after = limit, list[Any]()
+    while left is None or left > 0:
+        size = min(left, page_size) if exact and left is not None else page_size
+        page = read_page(size, after)
+        for item in page:
+            if exact or metadata_matches(item.metadata, filter):
+                yield item
+                left = None if left is None else left - 1
+                if left == 0:
+                    return
+        if len(page) < size:
+            return
+        conf = page[-1].config["configurable"]
+        after = [conf[CHECKPOINT_ID], conf[THREAD_ID], conf[CHECKPOINT_NS]]

@@ -37,7 +37,7 @@ from bulksync.checkpoint.base import (
     before_id,
     checkpoint_config,
     config_thread,
-    metadata_matches,
+    keyset_pages,
     write_index,
     write_target,
     writes_sort_key,
@@ -156,23 +156,13 @@ class SqliteSaver:
         filter_sql, filter_params, exact = _metadata_where(filter)
         where, params = where + filter_sql, params + filter_params
         order = "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC"
-        left, after = limit, builtins.list[Any]()
-        while left is None or left > 0:
-            # Keyset paging: each page is a fresh query, so no cursor stays open across yields.
+
+        def read(size: int, after: builtins.list[Any]) -> builtins.list[CheckpointTuple]:
             keyset = " AND (checkpoint_id, thread_id, checkpoint_ns) < (?, ?, ?)" if after else ""
-            size = min(left, PAGE_SIZE) if exact and left is not None else PAGE_SIZE
             sql = f"SELECT {_ROW} FROM checkpoints WHERE {where}{keyset} {order} LIMIT {size}"
-            page = self._read_page(sql, [*params, *after])
-            for item in page:
-                if exact or metadata_matches(item.metadata, filter):
-                    yield item
-                    left = None if left is None else left - 1
-                    if left == 0:
-                        return
-            if len(page) < size:
-                return
-            conf = page[-1].config["configurable"]
-            after = [conf["checkpoint_id"], conf["thread_id"], conf["checkpoint_ns"]]
+            return self._read_page(sql, [*params, *after])
+
+        yield from keyset_pages(read, filter=filter, exact=exact, limit=limit, page_size=PAGE_SIZE)
 
     def put(
         self,
