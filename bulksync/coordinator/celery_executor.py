@@ -12,11 +12,13 @@ default; counted from when a worker starts it, not while it waits in a queue) is
 as ``TaskTimeoutError`` and its message revoked; the worker's hard time limit stops it.
 Cancelling a run (:func:`cancel_run`) wakes every live step of the run; their unfinished
 tasks are delivered as ``TaskCancelledError`` and revoked, and workers skip the run's
-remaining tasks.
+remaining tasks. If Redis restarts or loses the step's keys, the gatherer waits for it to
+come back and dispatches the step's unfinished tasks again (results that survived count).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -39,6 +41,8 @@ from bulksync.workers.app import make_app
 from bulksync.workers.node_task import MESSAGE_HEADER
 from bulksync.workers.registry import task_name, walk_specs
 
+log = logging.getLogger(__name__)
+
 TARGET_MESSAGES: Final = 128
 """A node's Send fan-out is split into about this many messages (fewer for small fan-outs)."""
 
@@ -46,6 +50,7 @@ MAX_BATCH: Final = 64
 """At most this many tasks ride one message."""
 
 _DRAIN: Final = 1000
+_RECONNECT_WAIT: Final = 0.5
 _IDLE_WAIT: Final = 2.0  # below redis-py's 5 s socket timeout
 
 
@@ -129,8 +134,8 @@ class CeleryStep:
 
     def start(self, path: tuple[str, ...]) -> None:
         """Store the step, deliver known results, publish the rest, start gathering."""
-        r = self.ex.redis
-        state = wire.StepState(
+        self.path = path
+        self.state = wire.StepState(
             channel_values=self.step.channel_values,
             config=self.step.config,
             stop=self.step.stop,
@@ -140,11 +145,18 @@ class CeleryStep:
             namespace=self.step.namespace,
             nesting=_nesting(self.step.nested),
         )
-        ids = list(self.tasks)
-        self.slots = {t: wire.slot(t, state) for t in ids}
+        self.slots = {t: wire.slot(t, self.state) for t in self.tasks}
+        self._dispatch(list(self.tasks))
+        threading.Thread(
+            target=self._gather, name=f"bulksync-gather-{self.key[:8]}", daemon=True
+        ).start()
+
+    def _dispatch(self, ids: list[str]) -> None:
+        """Store the step for ``ids``, deliver those with a result, publish the others."""
+        r = self.ex.redis
         known: list[Any] = r.mget([keys.result(self.slots[t]) for t in ids]) if ids else []
         todo = [self.tasks[t] for t, res in zip(ids, known, strict=True) if res is None]
-        mapping: dict[Any, Any] = {keys.STATE_FIELD: wire.dumps_state(state)}
+        mapping: dict[Any, Any] = {keys.STATE_FIELD: wire.dumps_state(self.state)}
         mapping.update({keys.task_input_field(t.id): wire.dumps_input(t.input, t) for t in todo})
         batches = self._batches(todo)
         # A batch's descriptors ride in the step hash too: a message stays small at any width.
@@ -170,10 +182,7 @@ class CeleryStep:
         if cancelled:
             self.cancel()
         elif batches:
-            self._publish(path, batches)
-        threading.Thread(
-            target=self._gather, name=f"bulksync-gather-{self.key[:8]}", daemon=True
-        ).start()
+            self._publish(self.path, batches)
 
     def _describe(self, task: Task) -> list[Any]:
         return wire.describe_task(task, self.slots[task.id])
@@ -222,20 +231,47 @@ class CeleryStep:
         inbox = keys.inbox(self.key)
         try:
             while self._open():
-                wait = self._next_deadline_wait()
-                item = r.blpop([inbox], timeout=wait)
-                if item is None:
-                    self._expire()
-                    continue
-                batch = [item[1], *(r.lpop(inbox, _DRAIN) or [])]
-                for entry in batch:
-                    self._handle(entry)
+                try:
+                    self._gather_once(r, inbox)
+                except redis.ConnectionError as exc:
+                    log.warning("step %s: Redis unreachable (%s); retrying", self.key, exc)
+                    time.sleep(_RECONNECT_WAIT)  # back off before reconnecting
         finally:
-            pipe = r.pipeline(transaction=False)
-            pipe.delete(keys.step(self.key), inbox)
-            if self.run_id:
-                pipe.srem(keys.run_inboxes(self.run_id), inbox)
-            pipe.execute()
+            try:
+                pipe = r.pipeline(transaction=False)
+                pipe.delete(keys.step(self.key), inbox)
+                if self.run_id:
+                    pipe.srem(keys.run_inboxes(self.run_id), inbox)
+                pipe.execute()
+            except redis.ConnectionError:  # the keys expire on their own
+                log.warning("step %s: could not drop its Redis keys", self.key)
+
+    def _gather_once(self, r: redis.Redis, inbox: str) -> None:
+        """Wait for the inbox; handle what arrived, or check deadlines and the step's keys."""
+        item = r.blpop([inbox], timeout=self._next_deadline_wait())
+        if item is None:
+            self._expire()
+            if self._open() and not r.exists(keys.step(self.key)):
+                self._recover()
+            return
+        for entry in [item[1], *(r.lpop(inbox, _DRAIN) or [])]:
+            self._handle(entry)
+
+    def _recover(self) -> None:
+        """The step's keys are gone (Redis restarted or lost them): dispatch it again.
+
+        Results that survived are delivered from their slots; the other unfinished tasks
+        are published again (a task still running elsewhere records under the same slot,
+        and the first result wins).
+        """
+        with self._lock:
+            left = sorted(self.pending)
+        log.warning(
+            "step %s: its Redis state is gone; dispatching %d unfinished tasks again",
+            self.key,
+            len(left),
+        )
+        self._dispatch(left)
 
     def _open(self) -> bool:
         with self._lock:

@@ -553,3 +553,41 @@ def test_unserializable_write_names_the_node_and_channel(cluster: Any) -> None:
     assert "node 'leaky'" in message
     assert "channel 'note'" in message
     assert "Opaque" in message
+
+
+def test_a_step_whose_redis_keys_vanish_is_dispatched_again(cluster: Any) -> None:
+    """Redis losing a step (a restart without persistence): the coordinator notices and
+    dispatches the unfinished tasks again; a task that finished meanwhile is not rerun."""
+    release = threading.Event()
+    started: queue.Queue[int] = queue.Queue()
+    runs: list[int] = []
+
+    def work(arg: dict[str, int]) -> dict[str, Any]:
+        runs.append(arg["i"])
+        started.put(arg["i"])
+        release.wait(RELEASE_WAIT)
+        return {"log": [arg["i"]]}
+
+    b = StateGraph(Log)
+    b.add_node("work", work)
+    b.add_conditional_edges(START, lambda s: [Send("work", {"i": i}) for i in range(3)])
+    b.add_edge("work", END)
+    graph = b.compile()
+    remote = attach(cluster, graph)
+    r = redis_client(cluster)
+    before = set(r.scan_iter(match=keys.step("*"), count=10_000))
+    _, outcome = background(lambda: remote.invoke({"log": []}))
+    try:
+        assert {started.get(timeout=RELEASE_WAIT) for _ in range(3)} == {0, 1, 2}
+        ours = set(r.scan_iter(match=keys.step("*"), count=10_000)) - before
+        assert ours, "the step's hash should exist while its tasks run"
+        for key in ours:  # what a Redis restart does to the step
+            step_key = key.decode().rsplit(":", 1)[1]
+            r.delete(key, keys.inbox(step_key))
+    finally:
+        release.set()
+    result = outcome.get(timeout=RELEASE_WAIT)
+    assert result == {"log": [0, 1, 2]}
+    # The tasks finished (their results sit in their slots) before the step was dispatched
+    # again, so none of them ran a second time.
+    assert sorted(runs) == [0, 1, 2]

@@ -210,7 +210,7 @@ def fleet(tmp_path: Path, settings: Settings, redis_url: str) -> Iterator[Fleet]
                 proc.wait()
         sys.path.remove(str(tmp_path))
         sys.modules.pop(name, None)
-        for key in client.scan_iter(f"{prefix}:*"):
+        for key in client.scan_iter(f"{prefix}:*", count=10_000):
             client.delete(key)
 
 
