@@ -330,6 +330,10 @@ class SuperstepLoop:
         self.pending_writes.extend((task_id, c, v) for c, v in writes)
         if self.saver is None or self.options.durability == "exit":
             return
+        if not self.checkpoint_config["configurable"].get(CHECKPOINT_ID):
+            # A Command input on a thread with no checkpoint yet: nothing to record the
+            # writes against, so they stay in memory, as without a saver.
+            return
         try:
             self.saver.put_writes(self.checkpoint_config, writes, task_id, task_path)
         except SerializationError as exc:
