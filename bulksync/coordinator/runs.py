@@ -193,14 +193,50 @@ class RunEvent:
 
 def dumps_event(namespace: Sequence[str], mode: str, chunk: Any) -> dict[FieldT, EncodableT]:
     """The fields of a stream entry for one event."""
+    if mode in _ERROR_MODES:
+        chunk = _errors_out(chunk)
     return {EVENT_FIELD: wire.SERDE.dumps([list(namespace), mode, chunk])}
 
 
 def loads_event(entry_id: Any, fields: Any) -> RunEvent:
     """Decode a stream entry (``(id, fields)`` as redis-py returns it) from ``dumps_event``."""
     namespace, mode, chunk = wire.SERDE.loads(fields[EVENT_FIELD])
+    if mode in _ERROR_MODES:
+        chunk = _errors_in(chunk)
     ident = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     return RunEvent(ident, tuple(namespace), mode, chunk)
+
+
+# The modes whose chunks carry a failed task's exception (``tasks``, ``debug`` task results,
+# ``checkpoints`` task entries). wire.SERDE would store it as a StoredError; as an error record
+# (``wire.dumps_error``) it comes back with its own type, as the run's final error does.
+_ERROR_MODES: Final = frozenset({"tasks", "debug", "checkpoints"})
+_ERROR_KEY: Final = "__bulksync_error__"
+
+
+def _errors_out(value: Any) -> Any:
+    """``value`` with every exception inside replaced by its error record."""
+    if isinstance(value, BaseException):
+        return {_ERROR_KEY: wire.dumps_error(value)}
+    if type(value) is dict:  # exact types: a user's dict or tuple subclass is left alone
+        return {k: _errors_out(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        items = [_errors_out(v) for v in value]
+        return items if type(value) is list else tuple(items)
+    return value
+
+
+def _errors_in(value: Any) -> Any:
+    """Undo ``_errors_out``: error records become exceptions again."""
+    if type(value) is dict:
+        record = value.get(_ERROR_KEY)
+        if len(value) == 1 and isinstance(record, bytes):
+            return wire.loads_error(record)
+        return {k: _errors_in(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        items = [_errors_in(v) for v in value]
+        return items if type(value) is list else tuple(items)
+    return value
 
 
 def add_event(

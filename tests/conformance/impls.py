@@ -5,9 +5,12 @@ the same way; bulksync is imported only when its `Impl` is built, so a missing b
 fails the bulksync side of a test and nothing else. A "flavour" is a named way to run bulksync:
 `bulksync` runs graphs in-process; `celery` compiles them the same way and then attaches them
 to a Celery executor whose tasks the test session's in-process worker runs (the `cluster`
-fixture). A new flavour is a new entry in `LOADERS` whose `Impl.compiler` swaps how graphs are
-compiled or executed; a flavour that needs a fixture names it in `FIXTURES`, and the conftest
-hands the fixture's value to `bind` before the flavour is loaded.
+fixture); `remote` registers them with a coordinator service of the test's own and runs them
+through `bulksync.client.RemoteGraph` (see `remote.py`). A new flavour is a new entry in
+`LOADERS` whose `Impl.compiler` swaps how graphs are compiled or executed; a flavour that needs
+a fixture names it in `FIXTURES`, and the conftest hands the fixture's value to `bind` before
+the flavour is loaded. Scenarios a flavour cannot run like LangGraph are in `EXCLUDED` (inherent
+differences) or `KNOWN_BUGS` (bulksync bugs), each with its reason.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Any
 REFERENCE = "langgraph"
 """The implementation whose observations are the expected values."""
 
-DEFAULT_FLAVOURS = ("bulksync", "celery")
+DEFAULT_FLAVOURS = ("bulksync", "celery", "remote")
 """The implementations compared against the reference when nothing else is asked for."""
 
 FLAVOURS_ENV = "CONFORMANCE_FLAVOURS"
@@ -50,6 +53,7 @@ class Impl:
     get_stream_writer: Callable[[], Callable[[Any], None]]
     InMemorySaver: Any
     compiler: Callable[..., Any] | None = None
+    saver_factory: Callable[[], Any] | None = None
 
     def compile(self, builder: Any, **kw: Any) -> Any:
         """Compile `builder` the way this flavour runs graphs (default: `builder.compile`)."""
@@ -58,7 +62,9 @@ class Impl:
         return builder.compile(**kw)
 
     def saver(self) -> Any:
-        """A fresh in-memory checkpointer of this implementation."""
+        """A fresh in-memory checkpointer (or the checkpointer this flavour always uses)."""
+        if self.saver_factory is not None:
+            return self.saver_factory()
         return self.InMemorySaver()
 
 
@@ -87,8 +93,35 @@ def _load(pkg: str, name: str) -> Impl:
     )
 
 
-FIXTURES: dict[str, str] = {"celery": "cluster"}
+FIXTURES: dict[str, str] = {"celery": "cluster", "remote": "remote_service"}
 """The fixture a flavour needs, by flavour name (its value goes to `bind`)."""
+
+EXCLUDED: dict[str, dict[str, str]] = {
+    "remote": {
+        "command_errors": (
+            "its `resume_without_saver` case needs a graph without a checkpointer, and a "
+            "RemoteGraph run always checkpoints to Postgres, so LangGraph's RuntimeError "
+            "cannot happen"
+        ),
+        "empty_input": (
+            "its `no_thread_id` case calls a checkpointed graph without a thread id, and "
+            "a RemoteGraph call without one runs on a new thread (the client makes one up), "
+            "so LangGraph's ValueError cannot happen"
+        ),
+    },
+}
+"""Scenarios a flavour cannot observe as LangGraph does, by flavour, each with its reason.
+
+Only differences inherent to the way the flavour runs graphs belong here; the conftest skips
+these scenarios on that flavour, naming the reason. A bulksync bug goes to `KNOWN_BUGS`.
+"""
+
+KNOWN_BUGS: dict[str, dict[str, str]] = {}
+"""Scenarios a flavour fails because of a bulksync bug, by flavour, each naming the bug.
+
+The conftest reports them as expected failures on that flavour, and fails them once they
+pass (naming this table), so an entry goes away with the fix of its bug.
+"""
 
 _BOUND: dict[str, Any] = {}
 
@@ -115,12 +148,32 @@ def _load_celery() -> Impl:
     return dataclasses.replace(_load("bulksync", "celery"), compiler=compiler)
 
 
+def _load_remote() -> Impl:
+    """bulksync, each compiled graph run through `RemoteGraph` on the test's coordinator."""
+    service = _BOUND.get("remote")
+    if service is None:
+        raise RuntimeError(
+            "the remote flavour needs the `remote_service` fixture; run it through the "
+            "conformance conftest (which binds it), not by calling load_impl('remote') directly"
+        )
+    from . import remote
+
+    return dataclasses.replace(
+        _load("bulksync", "remote"),
+        StateGraph=remote.StateGraph,
+        compiler=service.compile,
+        saver_factory=lambda: service.saver,
+    )
+
+
 LOADERS: dict[str, Callable[[], Impl]] = {
     "langgraph": lambda: _load("langgraph", "langgraph"),
     "bulksync": lambda: _load("bulksync", "bulksync"),
     "celery": _load_celery,
+    "remote": _load_remote,
 }
-"""How to build each implementation, by flavour name; called lazily, once per test session."""
+"""How to build each implementation, by flavour name; called lazily, on first use and again
+whenever `bind` gives the flavour a new fixture value (`remote`: every test)."""
 
 
 def flavours() -> list[str]:
