@@ -110,11 +110,16 @@ def test_sequential_interrupts_one_node(conform: Conform) -> None:
 
 
 def _two_askers(impl: Impl, calls: Calls) -> Any:
-    """START → left and right in parallel, both interrupting; then join."""
+    """START → left and right in parallel, both interrupting; then join.
+
+    Interrupts are listed in the order their tasks finish, so left always finishes first.
+    """
+    order = FinishOrder(["left", "right"])
 
     def asker(name: str) -> Any:
         def node(state: State) -> dict[str, Any]:
             calls.add(name)
+            order.run(name)
             return {"log": [f"{name}={impl.interrupt(f'{name}?')}"]}
 
         return node
@@ -286,7 +291,8 @@ def update_state_special_nodes(impl: Impl) -> Any:
     g.update_state(cfg, {"answer": "inferred"})
     out["inferred"] = _snapshot(g.get_state(cfg))
     out["unknown_node"] = attempt(g.update_state, cfg, {"answer": "x"}, as_node="nope")
-    out["calls"] = calls.names
+    # Sorted: parallel tasks (a and c after the __input__ update) start in no fixed order.
+    out["calls"] = sorted(calls.names)
     return out
 
 
