@@ -29,8 +29,8 @@ from bulksync.constants import THREAD_ID
 from bulksync.coordinator import runs
 from bulksync.coordinator.celery_executor import cancel_run
 from bulksync.coordinator.runs import Run, RunEvent, RunStore
+from bulksync.coordinator.stream import check_modes, frame, stream_modes
 from bulksync.errors import ServiceUnavailableError
-from bulksync.graph.compiled import ALL_MODES
 from bulksync.settings import Settings, redact
 from bulksync.types import StateSnapshot
 
@@ -96,7 +96,7 @@ class Client:
         payload = {
             "input": input,
             "config": _run_config(config),
-            "stream_mode": _modes(stream_mode),
+            "stream_mode": _listed(stream_mode),
             "subgraphs": subgraphs,
             "options": options,
         }
@@ -364,11 +364,7 @@ class RemoteGraph:
         **kwargs: Any,
     ) -> Iterator[Any]:
         """Run and yield the chunks the local graph would, framed the same way."""
-        single = isinstance(stream_mode, str) or stream_mode is None
-        modes = _modes(stream_mode or "updates")
-        if debug and "debug" not in modes:
-            modes.append("debug")
-        one_mode = single and len(modes) == 1
+        modes, bare = stream_modes(stream_mode, bool(debug))
         payload = {
             "input": input,
             "config": _run_config(config),
@@ -387,11 +383,7 @@ class RemoteGraph:
                 break
             if event.mode not in modes:
                 continue
-            ns, mode, chunk = event.namespace, event.mode, event.chunk
-            if subgraphs:
-                yield (ns, chunk) if one_mode else (ns, mode, chunk)
-            else:
-                yield chunk if one_mode else (mode, chunk)
+            yield frame(event.namespace, event.mode, event.chunk, subgraphs=subgraphs, bare=bare)
         _result(self.client.get(run_id))
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> StateSnapshot:
@@ -439,11 +431,9 @@ def _run_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return kept
 
 
-def _modes(stream_mode: str | Sequence[str]) -> list[str]:
+def _listed(stream_mode: str | Sequence[str]) -> list[str]:
     modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
-    for mode in modes:
-        if mode not in ALL_MODES:
-            raise ValueError(f"Unknown stream_mode {mode!r}; use one of {ALL_MODES}.")
+    check_modes(modes)
     return modes
 
 

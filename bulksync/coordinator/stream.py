@@ -21,6 +21,40 @@ from bulksync.types import Interrupt
 
 Keys = Sequence[str] | str
 
+ALL_MODES = ("values", "updates", "custom", "debug", "tasks", "checkpoints", "messages")
+
+
+def check_modes(modes: Sequence[str]) -> None:
+    """Raise ``ValueError`` naming a stream mode that does not exist."""
+    for mode in modes:
+        if mode not in ALL_MODES:
+            raise ValueError(f"Unknown stream_mode {mode!r}; use one of {ALL_MODES}.")
+
+
+def stream_modes(stream_mode: str | Sequence[str] | None, debug: bool) -> tuple[list[str], bool]:
+    """The modes a ``stream()`` call asks for (``debug`` adds one), and whether its chunks
+    come bare: one mode, asked for as a string (else they are framed with their mode).
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    if stream_mode is None or isinstance(stream_mode, str):
+        modes, single = [stream_mode or "updates"], True
+    else:
+        modes, single = list(stream_mode), False
+    if debug and "debug" not in modes:
+        modes.append("debug")
+    check_modes(modes)
+    return modes, single and len(modes) == 1
+
+
+def frame(ns: tuple[str, ...], mode: str, chunk: Any, *, subgraphs: bool, bare: bool) -> Any:
+    """A chunk as ``stream()`` yields it: with its namespace if ``subgraphs``, its mode unless
+    ``bare``."""
+    if subgraphs:
+        return (ns, chunk) if bare else (ns, mode, chunk)
+    return chunk if bare else (mode, chunk)
+
 
 def read_channels(channels: Mapping[str, BaseChannel[Any, Any]], keys: Keys) -> Any:
     """Values of ``keys`` that hold one (a single value for a str key; None if empty)."""

@@ -23,13 +23,13 @@ from bulksync.coordinator.loop import Outcome, SuperstepLoop
 from bulksync.coordinator.nested import invoke_nested
 from bulksync.coordinator.options import RunOptions, validate_recursion_limit
 from bulksync.coordinator.spec import GraphSpec
+from bulksync.coordinator.stream import frame, stream_modes
 from bulksync.errors import GraphInterrupt
 from bulksync.graph.layout import builder_drawable
 from bulksync.types import StateSnapshot
 from bulksync.workers.local import LocalExecutor
 
 _DONE = object()
-ALL_MODES = ("values", "updates", "custom", "debug", "tasks", "checkpoints", "messages")
 
 
 class CompiledStateGraph:
@@ -138,16 +138,7 @@ class CompiledStateGraph:
         **kwargs: Any,
     ) -> Iterator[Any]:
         """Run and yield chunks as LangGraph frames them (see DESIGN.md §2)."""
-        single = isinstance(stream_mode, str) or stream_mode is None
-        if isinstance(stream_mode, str) or stream_mode is None:
-            modes: list[str] = [stream_mode or "updates"]
-        else:
-            modes = list(stream_mode)
-        if debug or (debug is None and self.debug):
-            modes = [*modes, "debug"] if "debug" not in modes else modes
-        for mode in modes:
-            if mode not in ALL_MODES:
-                raise ValueError(f"Unknown stream_mode {mode!r}; use one of {ALL_MODES}.")
+        modes, bare = stream_modes(stream_mode, bool(debug or (debug is None and self.debug)))
         config = self._run_config(config)
         options = RunOptions(
             config=config,
@@ -176,7 +167,6 @@ class CompiledStateGraph:
                 events.put(exc)
 
         threading.Thread(target=body, name=f"bulksync-run-{self.name}", daemon=True).start()
-        one_mode = single and len(modes) == 1
         while True:
             item = events.get()
             if item is _DONE:
@@ -186,10 +176,7 @@ class CompiledStateGraph:
             ns, mode, chunk = item
             if (ns and not subgraphs) or mode not in modes:
                 continue
-            if subgraphs:
-                yield (ns, chunk) if one_mode else (ns, mode, chunk)
-            else:
-                yield chunk if one_mode else (mode, chunk)
+            yield frame(ns, mode, chunk, subgraphs=subgraphs, bare=bare)
 
     async def ainvoke(self, input: Any, config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
         """``invoke`` for async callers (async nodes run on the executor's threads)."""

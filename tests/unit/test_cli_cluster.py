@@ -13,7 +13,7 @@ import pytest
 from bulksync.cli import build_parser, main
 from bulksync.cli.cluster import STATUSES, STREAM_MODES, to_json
 from bulksync.coordinator import runs
-from bulksync.graph.compiled import ALL_MODES
+from bulksync.coordinator.stream import ALL_MODES
 from bulksync.types import Interrupt
 
 COMMANDS = {
