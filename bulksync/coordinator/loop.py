@@ -22,6 +22,7 @@ from bulksync.checkpoint.base import (
     PendingWrite,
     config_thread,
 )
+from bulksync.checkpoint.serde import dumps_for
 from bulksync.constants import (
     CHECKPOINT_ID,
     CHECKPOINT_NS,
@@ -338,7 +339,10 @@ class SuperstepLoop:
             self.saver.put_writes(self.checkpoint_config, writes, task_id, task_path)
         except SerializationError as exc:
             task = self.tasks.get(task_id)
-            raise _locate_serialization_error(self.saver, task, writes, exc) from exc
+            node = task.name if task else "input"
+            for chan, value in writes:  # raises naming the first channel that cannot be stored
+                dumps_for(self.saver.serde, value, node=node, channel=chan)
+            raise SerializationError(f"node '{node}': {exc}") from exc
 
     # -- one step ---------------------------------------------------------------------
 
@@ -550,9 +554,8 @@ class SuperstepLoop:
         if mode in self.options.modes:
             self._buffer.append((mode, chunk))
         if "debug" in self.options.modes and mode in ("tasks", "checkpoints"):
-            kind = "checkpoint" if mode == "checkpoints" else _task_kind(chunk)
             step = self.step - 1 if mode == "checkpoints" else self.step
-            self._buffer.append(("debug", stream.debug_event(kind, step, chunk)))
+            self._buffer.append(("debug", stream.debug_event(mode, step, chunk)))
 
     def _flush(self) -> None:
         buffered, self._buffer = self._buffer, []
@@ -589,19 +592,3 @@ class SuperstepLoop:
             self._keys,
         )
         self._emit("checkpoints", payload)
-
-
-def _task_kind(chunk: Any) -> str:
-    return "task_result" if isinstance(chunk, dict) and "result" in chunk else "task"
-
-
-def _locate_serialization_error(
-    saver: CheckpointSaver, task: Task | None, writes: Sequence[Write], exc: SerializationError
-) -> SerializationError:
-    node = task.name if task else "input"
-    for chan, value in writes:
-        try:
-            saver.serde.dumps(value)
-        except SerializationError as inner:
-            return SerializationError(f"node '{node}', channel '{chan}': {inner}")
-    return SerializationError(f"node '{node}': {exc}")

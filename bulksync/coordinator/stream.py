@@ -134,8 +134,12 @@ def _interrupts(value: Any) -> list[Interrupt]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def debug_event(kind: str, step: int, payload: Any) -> dict[str, Any]:
-    """Wrap a payload for the ``debug`` mode."""
+def debug_event(mode: str, step: int, payload: Any) -> dict[str, Any]:
+    """Wrap a ``tasks`` or ``checkpoints`` payload for the ``debug`` mode."""
+    if mode == "checkpoints":
+        kind = "checkpoint"
+    else:
+        kind = "task_result" if isinstance(payload, dict) and "result" in payload else "task"
     return {
         "step": step,
         "timestamp": datetime.now(UTC).isoformat(),
