@@ -128,12 +128,12 @@ def ratio(name: str, a: Timing, b: Timing, target: str) -> float:
 
 def run_fanout(args: argparse.Namespace, settings: Settings, app: Any) -> dict[str, Timing]:
     """Part 1: the fan-out, three ways."""
-    from bulksync.coordinator.celery_executor import CeleryExecutor, batch_size
+    from bulksync.workers.celery.executor import CeleryExecutor, batch_size
 
     n = args.fanout
     executor = CeleryExecutor(settings, "bench.graphs:fanout", graphs.fanout, app=app)
     lg_graph = graphs.fanout_builder(graphs.langgraph_api()).compile()
-    per_message = batch_size(n)
+    per_message = batch_size(n, settings)
     print(f"\n1. fan-out of {n} trivial Send tasks: wall time of one run, median of {args.repeat}")
     print(
         f"   (bulksync tasks per message here: {per_message}, so "
@@ -165,7 +165,7 @@ def run_sequential(args: argparse.Namespace, settings: Settings, app: Any) -> di
     from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
 
     from bulksync.checkpoint.postgres import PostgresSaver
-    from bulksync.coordinator.celery_executor import CeleryExecutor
+    from bulksync.workers.celery.executor import CeleryExecutor
 
     steps, tag = args.steps, uuid.uuid4().hex[:8]
     db = settings.database_url
@@ -254,7 +254,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; return 0, 2 (a service down, a worker not starting) or 130 (Ctrl-C)."""
-    from bulksync.workers.app import make_app
+    from bulksync.workers.celery.app import make_app
 
     args = parse_args(argv)
     settings = bench_settings()

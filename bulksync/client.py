@@ -14,9 +14,10 @@ their own type wherever their class is loaded (else as ``StoredError`` naming it
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -24,19 +25,19 @@ import psycopg
 import redis
 from psycopg_pool import PoolTimeout
 
-from bulksync import keys, wire
+from bulksync import keys
 from bulksync.constants import THREAD_ID
-from bulksync.coordinator import runs
-from bulksync.coordinator.celery_executor import cancel_run
-from bulksync.coordinator.runs import Run, RunEvent, RunStore
 from bulksync.coordinator.stream import check_modes, frame, stream_modes
-from bulksync.errors import ServiceUnavailableError
+from bulksync.errors import ConfigError, ServiceUnavailableError, UnservedGraphError
+from bulksync.retry import is_transient_redis, retry
+from bulksync.service import runs
+from bulksync.service.cancel import cancel_run
+from bulksync.service.runs import Run, RunEvent, RunStore
 from bulksync.settings import Settings, redact
 from bulksync.types import StateSnapshot
+from bulksync.workers import wire
 
 __all__ = ["Client", "RemoteGraph", "Run", "RunEvent"]
-
-_BLOCK_MS = 2000  # one XREAD wait; between two, the run's row is checked (a lost end event)
 
 
 class Client:
@@ -74,6 +75,7 @@ class Client:
         stream_mode: str | Sequence[str] = "values",
         subgraphs: bool = False,
         multitask_strategy: str = "enqueue",
+        require_coordinator: bool = True,
         output_keys: Sequence[str] | str | None = None,
         interrupt_before: Sequence[str] | str | None = None,
         interrupt_after: Sequence[str] | str | None = None,
@@ -81,9 +83,13 @@ class Client:
     ) -> str:
         """Queue a run of ``graph_id`` (as ``invoke`` would run it); return its id.
 
+        ``require_coordinator=False`` queues the run even when no coordinator serves the
+        graph yet (one started later picks it up).
+
         Raises:
+            UnservedGraphError: no live coordinator serves ``graph_id`` (and it is required).
             ThreadBusyError: ``multitask_strategy="reject"`` and the thread has an active run.
-            ValueError: an unknown stream mode or strategy.
+            ConfigError: an unknown stream mode or strategy (a ``ValueError``).
             SerializationError: the input or config holds a value msgpack cannot encode.
             ServiceUnavailableError: Postgres or Redis cannot be reached (URL named).
         """
@@ -106,6 +112,7 @@ class Client:
             payload,
             thread_id=thread_id,
             multitask_strategy=multitask_strategy,
+            require_coordinator=require_coordinator,
         )
 
     def create_run(
@@ -116,11 +123,16 @@ class Client:
         *,
         thread_id: str | None = None,
         multitask_strategy: str = "enqueue",
+        require_coordinator: bool = True,
     ) -> str:
         """Queue a run of any kind (``runs.KINDS``) with its payload; return its id.
 
         The thread is ``thread_id``, else the payload config's, else a new one (written
         into the config).
+
+        Raises:
+            UnservedGraphError: no live coordinator serves ``graph_id`` and
+                ``require_coordinator`` is set: nothing would ever run it.
         """
         payload = dict(payload)
         config = _run_config(payload.get("config"))
@@ -133,8 +145,21 @@ class Client:
         if thread:
             conf[THREAD_ID] = thread
         payload["config"] = config
+        for name, value in (("graph_id", graph_id), ("thread_id", str(thread))):
+            if "\x00" in value:  # Postgres text cannot hold it: say so before the database does
+                raise ConfigError(
+                    f"{name} {value!r} contains a NUL byte, which the runs table cannot "
+                    f"store; pass a {name} without it."
+                )
         store, client = self.store, self.redis
         with self._connection_errors():
+            if require_coordinator and not runs.serving(client, graph_id):
+                raise UnservedGraphError(
+                    f"no coordinator serves graph '{graph_id}': start one with "
+                    f"`bulksync coordinator --graph {graph_id.partition(':')[0]}` (it may "
+                    "take a heartbeat to announce itself), or queue the run anyway with "
+                    "require_coordinator=False (`--queue-anyway` on the command line)."
+                )
             run = store.create(
                 graph_id=graph_id,
                 thread_id=str(thread),
@@ -166,8 +191,7 @@ class Client:
         if run.finished:
             return run
         client, key = self.redis, keys.events(run_id)
-        with self._connection_errors():
-            last: Any = client.xrevrange(key, count=1)
+        last: Any = self._read(lambda: client.xrevrange(key, count=1))
         if last and runs.loads_event(*last[0]).mode == runs.END:
             return self.get(run_id)
         after = runs.loads_event(*last[0]).id if last else "0"
@@ -200,9 +224,10 @@ class Client:
         with self._connection_errors():
             before, run = store.request_cancel(run_id)
             if before == runs.PENDING:  # no coordinator will write its end event
-                runs.add_event(client, run_id, runs.END, runs.end_event(run))
+                end = runs.end_event(run)
+                runs.add_event(client, run_id, runs.END, end, ttl=self.settings.run_ttl)
             elif before == runs.RUNNING:
-                cancel_run(client, run_id)
+                cancel_run(client, run_id, self.settings)
         return run
 
     def list_runs(
@@ -224,7 +249,11 @@ class Client:
         """
         if self._store is None:
             self._store = self._stack.enter_context(
-                RunStore.from_conn_string(self.settings.database_url)
+                RunStore.from_conn_string(
+                    self.settings.database_url,
+                    max_size=self.settings.runs_pool_size,
+                    retry_window=self.settings.retry_window,
+                )
             )
         return self._store
 
@@ -257,6 +286,13 @@ class Client:
                 "it is running and BULKSYNC_DATABASE_URL"
             ) from None
 
+    def _read(self, call: Callable[[], Any]) -> Any:
+        """A Redis read, retried through an outage of up to ``retry_window`` seconds (a wait
+        goes on through a restart), then raised as ``ServiceUnavailableError``."""
+        window = self.settings.retry_window
+        with self._connection_errors():
+            return retry(call, transient=is_transient_redis, window=window, what="reading events")
+
     def _redis_unavailable(self, exc: Exception) -> ServiceUnavailableError:
         return ServiceUnavailableError(
             f"cannot reach Redis at {redact(self.settings.redis_url)} ({exc}); start it or "
@@ -270,7 +306,8 @@ class Client:
         while True:
             block: int | None = None  # a finished run's events are all there: just drain
             if not finished:
-                block = _BLOCK_MS
+                # Between two waits the run's row is checked (an end event may be lost).
+                block = int(self.settings.stream_wait * 1000)
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -279,8 +316,8 @@ class Client:
                             f"or cancel it (bulksync cancel {run_id})"
                         )
                     block = max(1, min(block, int(left * 1000)))
-            with self._connection_errors():
-                reply: Any = client.xread({key: after}, count=500, block=block)
+            read = functools.partial(client.xread, {key: after}, count=500, block=block)
+            reply: Any = self._read(read)
             if reply:
                 for entry_id, fields in reply[0][1]:
                     event = runs.loads_event(entry_id, fields)
@@ -291,8 +328,7 @@ class Client:
             elif not finished:
                 finished = self.get(run_id).finished  # then drain what is left
             else:
-                with self._connection_errors():
-                    last: Any = client.xrevrange(key, count=1)
+                last: Any = self._read(lambda: client.xrevrange(key, count=1))
                 if last and runs.loads_event(*last[0]).mode == runs.END:
                     return  # read from after the end: nothing more to give
                 # The end event is missing (the stream expired, or its writer died).

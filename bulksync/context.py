@@ -6,10 +6,10 @@ The engine sets one ``TaskContext`` per task attempt in a context variable; ``in
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import dataclasses
 import itertools
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -48,22 +48,25 @@ class NullResume:
     """A run-wide ``Command(resume=v)`` answer that exactly one interrupt may consume."""
 
     def __init__(self, value: Any = None, parent: NullResume | None = None) -> None:
-        self._value = value
+        # Tasks on several threads may race to take the value: a deque's popleft is
+        # atomic, so exactly one gets it, without a lock (this module is imported by
+        # ``types``, which the pure core uses, so it stays free of ``threading``).
+        self._value: collections.deque[Any] = collections.deque(
+            () if value is None else (value,), maxlen=1
+        )
         self._parent = parent
-        self._lock = threading.Lock()
 
     def take(self) -> Any:
         """Consume and return the value (or the parent's); ``None`` when none is left."""
-        with self._lock:
-            if self._value is not None:
-                value, self._value = self._value, None
-                return value
-        return self._parent.take() if self._parent is not None else None
+        try:
+            return self._value.popleft()
+        except IndexError:
+            return self._parent.take() if self._parent is not None else None
 
     def peek(self) -> Any:
         """The value without consuming it."""
-        if self._value is not None:
-            return self._value
+        if self._value:
+            return self._value[0]
         return self._parent.peek() if self._parent is not None else None
 
 

@@ -13,6 +13,7 @@ import operator
 from collections.abc import Sequence
 from typing import Annotated, Any, Final, TypedDict
 
+from bulksync.errors import ConfigError
 from bulksync.graph import END, START, StateGraph
 from bulksync.types import Send
 
@@ -57,12 +58,12 @@ def make_subjects(topics: Sequence[str], fanout: int) -> list[str]:
     """``fanout`` subjects drawn from ``topics`` in order, numbered once the list wraps.
 
     Raises:
-        ValueError: when ``topics`` is empty or ``fanout`` is below 1.
+        ConfigError: when ``topics`` is empty or ``fanout`` is below 1 (a ``ValueError``).
     """
     if not topics:
-        raise ValueError("the demo needs at least one topic; pass a non-empty 'topics' list")
+        raise ConfigError("the demo needs at least one topic; pass a non-empty 'topics' list")
     if fanout < 1:
-        raise ValueError(f"fanout must be at least 1, got {fanout}")
+        raise ConfigError(f"fanout must be at least 1, got {fanout}; pass a fanout of 1 or more")
     subjects = []
     for i in range(fanout):
         lap, index = divmod(i, len(topics))

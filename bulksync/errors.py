@@ -2,7 +2,7 @@
 
 ::
 
-    BulkSyncError
+    BulkSyncError                  (Exception)
     ├── GraphRecursionError        (also RecursionError)
     ├── InvalidUpdateError         (also ValueError)
     ├── EmptyInputError            (also ValueError)
@@ -10,13 +10,33 @@
     ├── SerializationError         (also TypeError)
     ├── UnknownInterruptError      (also RuntimeError)
     ├── EmptyChannelError
-    ├── TaskCancelledError
+    ├── ConfigError                (also ValueError)   a setting, argument or option
+    │   └── UsageError                                 the command line, shown as one line
+    ├── ServiceError               (also ConnectionError)
+    │   └── ServiceUnavailableError
+    ├── TaskError                  one task failed; crosses the wire with its ``retryable``
+    │   ├── TaskCancelledError                         not retryable
+    │   ├── TaskTimeoutError       (also TimeoutError) retryable
+    │   ├── UnknownGraphError      (also LookupError)  not retryable
+    │   ├── NodeFailedError                            a worker's Celery task, after a node error
+    │   ├── WorkerLostError                            not retryable
+    │   └── StoredError                                a task error of a class not loaded here
+    ├── LeaseLostError
+    ├── ThreadBusyError
+    ├── UnservedGraphError         (also LookupError)
     └── GraphBubbleUp              control flow, never shown to users as a failure
         ├── GraphInterrupt
         └── ParentCommand
 
 Errors LangGraph also raises carry its names and stdlib bases, so ``except`` clauses written
 for LangGraph keep working. Messages name the node, channel or key at fault and say what to do.
+Where LangGraph raises a bare ``ValueError`` for the same call (``recursion_limit=0``, a
+checkpointed run without ``thread_id``, ``add_messages`` misuse, …) bulksync does too: the
+conformance suite compares error class names with LangGraph's.
+
+``TaskError.retryable`` says whether running the task again may succeed: each class sets a
+default, an instance may override it (``TaskError(msg, retryable=True)``), and
+``bulksync.workers.wire`` carries the flag with the error, also onto a ``StoredError``.
 """
 
 from __future__ import annotations
@@ -60,16 +80,108 @@ class UnknownInterruptError(BulkSyncError, RuntimeError):
     """Raised when a resume names an interrupt id that is not pending."""
 
 
-class TaskCancelledError(BulkSyncError):
+class TaskError(BulkSyncError):
+    """Raised in place of a task's result when the task failed; says whether to retry it."""
+
+    retryable: bool = False
+    """Whether running the task again may succeed: the class's default, or this instance's."""
+
+    def __init__(self, *args: object, retryable: bool | None = None) -> None:
+        super().__init__(*args)
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class TaskCancelledError(TaskError):
     """Raised in place of a task's result when its run was cancelled."""
 
+    retryable = False  # the run was stopped on purpose; running the task again undoes that
 
-class TaskTimeoutError(BulkSyncError, TimeoutError):
+
+class TaskTimeoutError(TaskError, TimeoutError):
     """Raised in place of a task's result when it ran longer than its node's timeout."""
 
+    retryable = True  # a busy worker or a slow service may well finish in time on a new try
 
-class UnknownGraphError(BulkSyncError, LookupError):
+
+class UnknownGraphError(TaskError, LookupError):
     """Raised when a graph id names no graph a worker or coordinator loaded at start."""
+
+    # Processes load graphs only at start, so the same workers fail the task the same way
+    # until they are restarted with --graph.
+    retryable = False
+
+
+class NodeFailedError(TaskError):
+    """Raised by a worker's Celery task after it recorded a node's error for the coordinator.
+
+    It makes Celery (and Flower) count the message as a FAILURE, naming the node, its run,
+    thread and task ids and the node's own error; the run itself gets the node's error, not
+    this one. The message is acknowledged like any other: it is not delivered again.
+    """
+
+
+class WorkerLostError(TaskError):
+    """Raised when a task's worker died running it ``max_deliveries`` times; names it."""
+
+    # A node that kills its process (os._exit, a segfault, the OOM killer) does so again.
+    retryable = False
+
+    def __init__(
+        self, node: str, task_id: str, attempts: int, *, retryable: bool | None = None
+    ) -> None:
+        super().__init__(node, task_id, attempts, retryable=retryable)
+        self.node = node
+        self.task_id = task_id
+        self.attempts = attempts
+
+    def __str__(self) -> str:
+        return node_error_message(
+            self.node,
+            f"task {self.task_id} lost its worker {self.attempts} times (the process running "
+            "it died: os._exit, a crash or the OOM killer) and is not run again; find what "
+            "kills the process in the node, or raise BULKSYNC_MAX_DELIVERIES.",
+        )
+
+
+class StoredError(TaskError):
+    """Raised when a task failed with an error whose class this process has not loaded.
+
+    Stored exception values decode to it too. It keeps the type's name, message and original
+    repr; ``retryable`` is the original's when that was a ``TaskError``, else False (this
+    process cannot judge a class it never loaded).
+    """
+
+    def __init__(
+        self,
+        type_name: str,
+        message: str,
+        original_repr: str | None = None,
+        *,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message, retryable=retryable)
+        self.type_name = type_name
+        self.message = message
+        short = type_name.rsplit(".", 1)[-1]
+        self.original_repr = original_repr or f"{short}({message!r})"
+
+    def __repr__(self) -> str:
+        return self.original_repr
+
+    def __reduce__(self) -> tuple[type[StoredError], tuple[str, str, str], dict[str, Any]]:
+        # For copy/deepcopy/pickle, whose default would call __init__ with the message alone;
+        # the state dict keeps an overridden ``retryable`` (and any notes).
+        return StoredError, (self.type_name, self.message, self.original_repr), dict(vars(self))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StoredError) and (
+            (self.type_name, self.message, self.original_repr)
+            == (other.type_name, other.message, other.original_repr)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.type_name, self.message))
 
 
 class LeaseLostError(BulkSyncError):
@@ -80,7 +192,23 @@ class ThreadBusyError(BulkSyncError):
     """Raised when a run is submitted with ``multitask_strategy="reject"`` to a busy thread."""
 
 
-class ServiceUnavailableError(BulkSyncError, ConnectionError):
+class UnservedGraphError(BulkSyncError, LookupError):
+    """Raised when a run is submitted for a graph id that no live coordinator serves."""
+
+
+class ConfigError(BulkSyncError, ValueError):
+    """Raised when a setting, argument or option has a value bulksync cannot use."""
+
+
+class UsageError(ConfigError):
+    """Raised when the command line or its environment cannot work; shown as one line."""
+
+
+class ServiceError(BulkSyncError, ConnectionError):
+    """Raised when a service bulksync depends on (broker, Redis, Postgres) fails it."""
+
+
+class ServiceUnavailableError(ServiceError):
     """Raised when Redis, Postgres or the broker cannot be reached; names the URL to check."""
 
 
@@ -112,6 +240,19 @@ class ParentCommand(GraphBubbleUp):
         """The command to apply in the parent graph."""
         value: Command[Any] = self.args[0]
         return value
+
+
+REMOTE_NOTE = "Raised remotely (a bulksync worker or coordinator):"
+"""How the note holding an error's remote traceback starts (``bulksync.workers.wire``)."""
+
+
+def error_text(error: BaseException) -> str:
+    """``Type: message``, then the error's notes that say where it was raised (not tracebacks).
+
+    A run's error text: the note "During task with name 'n' and id 'i'" names the node.
+    """
+    notes = [n for n in getattr(error, "__notes__", ()) if not n.startswith(REMOTE_NOTE)]
+    return "\n".join([f"{type(error).__name__}: {error}", *notes])
 
 
 def node_error_message(node: str, detail: str, *, key: str | None = None) -> str:

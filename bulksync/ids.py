@@ -1,4 +1,4 @@
-"""Deterministic ids: tasks, interrupts and time-ordered checkpoints.
+"""Deterministic ids: tasks and interrupts (checkpoint ids are minted by ``coordinator.clock``).
 
 A task id is a pure function of (checkpoint id, namespace, step, node, trigger path or Send
 index), so a re-planned step yields the same ids in any process, and a result delivered
@@ -9,13 +9,6 @@ xxh3; ids are opaque, only their determinism matters.
 from __future__ import annotations
 
 import hashlib
-import os
-import threading
-import time
-import uuid
-
-_lock = threading.Lock()
-_last_ts = 0
 
 
 def _as_uuid_str(digest: bytes) -> str:
@@ -36,30 +29,3 @@ def interrupt_id(task_ns: str, answered: int) -> str:
     """Id of a task's interrupt, keyed by how many answers the task already has."""
     key = f"{task_ns}|{answered}" if answered else task_ns
     return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
-
-
-def checkpoint_id(step: int) -> str:
-    """A new checkpoint id: a UUIDv6 whose order is the order of creation.
-
-    The 60-bit timestamp (100 ns units) is forced to increase within this process, so ids
-    made in a tight loop still sort in creation order; ``step`` fills the clock sequence.
-    """
-    global _last_ts
-    with _lock:
-        ts = time.time_ns() // 100 + 0x01B21DD213814000
-        ts = max(ts, _last_ts + 1)
-        _last_ts = ts
-    time_high = (ts >> 28) & 0xFFFFFFFF
-    time_mid = (ts >> 12) & 0xFFFF
-    time_low = ts & 0x0FFF
-    clock_seq = step & 0x3FFF
-    node = int.from_bytes(os.urandom(6), "big")
-    value = (
-        (time_high << 96)
-        | (time_mid << 80)
-        | (0x6 << 76)
-        | (time_low << 64)
-        | ((0x8000 | clock_seq) << 48)
-        | node
-    )
-    return str(uuid.UUID(int=value))

@@ -10,17 +10,35 @@
                                                   descriptors of a batched message
     bulksync:inbox:<step key>             list    what workers report, in order:      until the
                                                   results and custom stream events    step ends
-    bulksync:result:<slot>                string  a task's first result (first wins)  RESULT_TTL
-    bulksync:cancel:<run id>              string  present once a run is cancelled     RUN_TTL
-    bulksync:inboxes:<run id>             set     inbox keys of the run's live steps  RUN_TTL
-    bulksync:events:<run id>              stream  a detached run's stream events      RUN_TTL
+    bulksync:result:<slot>                string  a task's first result (first wins)  result_ttl
+    bulksync:claim:<slot>                 string  the token of the worker process     claim_lease,
+                                                  running the task (SET NX)           renewed by
+                                                                                      heartbeats
+    bulksync:deliveries:<slot>            string  how many times a worker claimed     result_ttl
+                                                  the task (started it)
+    bulksync:cancel:<run id>              string  present once a run is cancelled     run_ttl
+    bulksync:inboxes:<run id>             set     inbox keys of the run's live steps  run_ttl
+    bulksync:events:<run id>              stream  a detached run's stream events      run_ttl
     bulksync:wake                         list    "a run was submitted" signals       trimmed
+    bulksync:served:<graph id>            zset    coordinators serving the graph,     members
+                                                  scored by when their claim lapses   lapse
+    bulksync:gatherer:<gatherer id>       list    "a step joined" signals that wake   step_ttl
+                                                  an executor's gatherer from BLPOP
 
 A *step key* is a random id per dispatched step, so a step dispatched again after a
 coordinator crash never mixes with the old one. Task ids are unique across runs (they hash
 the checkpoint id), so a result *slot* is the task id — plus a digest of the resume answers
 the task runs with, when it has any: a task that paused on an interrupt runs again, under a
 new slot, once it is resumed. Results survive a coordinator crash.
+
+A worker claims a slot before running it (``claim``: one live runner per task, its lease
+renewed by a heartbeat while the task runs) and counts the claim (``deliveries``); a claim
+whose worker died expires, and the coordinator dispatches the task again.
+
+Lifetimes are settings (``step_ttl`` guards the step keys, ``result_ttl``, ``run_ttl``,
+``claim_lease``): the
+callers that set a key pass its TTL from the ``Settings`` they hold, so this module, at the
+bottom of the layers, knows no settings.
 """
 
 from __future__ import annotations
@@ -29,17 +47,13 @@ from typing import Final
 
 PREFIX: Final = "bulksync"
 
-STEP_TTL: Final = 24 * 3600
-"""Seconds a step's state and inbox live if the coordinator dies before dropping them."""
-
-RESULT_TTL: Final = 24 * 3600
-"""Seconds a task's result is kept: long enough for a restarted coordinator to collect it."""
-
-RUN_TTL: Final = 7 * 24 * 3600
-"""Seconds a run's stream, cancel flag and inbox set outlive the run's last write."""
-
 STATE_FIELD: Final = "state"
 WAKE: Final = f"{PREFIX}:wake"
+
+
+def served(graph_id: str) -> str:
+    """The coordinators that serve ``graph_id``, each scored by the Redis time its claim ends."""
+    return f"{PREFIX}:served:{graph_id}"
 
 
 def step(step_key: str) -> str:
@@ -67,6 +81,16 @@ def result(slot: str) -> str:
     return f"{PREFIX}:result:{slot}"
 
 
+def claim(slot: str) -> str:
+    """Held by the worker running the task while it lives; a second delivery leaves it be."""
+    return f"{PREFIX}:claim:{slot}"
+
+
+def deliveries(slot: str) -> str:
+    """How many times workers claimed (started) the task: a poison task stops at a limit."""
+    return f"{PREFIX}:deliveries:{slot}"
+
+
 def cancel(run_id: str) -> str:
     """Set once the run is cancelled; workers skip its tasks."""
     return f"{PREFIX}:cancel:{run_id}"
@@ -80,3 +104,8 @@ def run_inboxes(run_id: str) -> str:
 def events(run_id: str) -> str:
     """The stream a detached run's events go to (read with XREAD, resumable by id)."""
     return f"{PREFIX}:events:{run_id}"
+
+
+def gatherer_wake(gatherer_id: str) -> str:
+    """The list an executor's gatherer blocks on beside its inboxes, to learn of new steps."""
+    return f"{PREFIX}:gatherer:{gatherer_id}"

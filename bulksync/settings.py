@@ -1,32 +1,41 @@
-"""Process settings, read once from ``BULKSYNC_*`` environment variables at an entry point.
+"""Process settings: every tunable, declared once as a field of :class:`Settings`.
 
-::
+A field's declaration (:func:`setting`) is all there is to a setting:
 
-    variable                default                                 schemes accepted
-    BULKSYNC_HOME           ~/.bulksync                             (a directory)
-    BULKSYNC_BROKER_URL     redis://127.0.0.1:6379/0                redis rediss amqp amqps
-    BULKSYNC_REDIS_URL      redis://127.0.0.1:6379/0                redis rediss unix
-    BULKSYNC_DATABASE_URL   postgresql://127.0.0.1:5432/postgres    postgresql postgres
-    BULKSYNC_QUEUE          bulksync                                the queue of nodes without
-                                                                    ``queue=`` (a worker's default)
-    BULKSYNC_TASK_TIMEOUT   (none)                                  seconds: default node timeout
-    BULKSYNC_VISIBILITY_TIMEOUT  3600                               seconds before a Redis broker
-                                                                    redelivers a message whose
-                                                                    worker died unacknowledged
+- its **name** gives the environment variable (``max_runs`` → ``BULKSYNC_MAX_RUNS``) and, for
+  the ``coordinator`` and ``worker`` groups, the flag of ``bulksync coordinator`` /
+  ``bulksync worker`` (``--max-runs``; a flag overrides the variable);
+- its **annotation** gives the type (``str``, ``int``, ``float``, ``Path``; ``| None`` when
+  unset has a meaning of its own, told by the help);
+- its **metadata** gives the group, the unit, the one-line help and, for a URL, the schemes
+  bulksync can use.
+
+Groups: ``cluster`` (every process: where the services are, the default queue, how long Redis
+keeps what it holds), ``coordinator`` (a process that drives runs and dispatches their tasks,
+including a program running a graph on a ``CeleryExecutor``), ``worker`` (a process that runs
+node tasks). :func:`declarations` lists them for the command line, the README check and
+``repr``; ``README.md``'s Configuration table shows them all (a test keeps it true).
 
 A variable that is set but empty counts as unset, so ``FOO=`` in a compose file or a shell
 means "use the default". Nothing here reads the environment at import time: entry points call
-:meth:`Settings.from_env` once and pass the result down.
+:meth:`Settings.from_env` once and pass the result down. Every bad value raises
+:class:`~bulksync.errors.ConfigError` naming the variable (or the flag) and what to set.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import os
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit
+
+from bulksync.errors import ConfigError
 
 ENV_PREFIX: Final = "BULKSYNC_"
 
@@ -42,105 +51,454 @@ REDIS_SCHEMES: Final = ("redis", "rediss", "unix")
 DATABASE_SCHEMES: Final = ("postgresql", "postgres")
 
 DEFAULT_QUEUE: Final = "bulksync"
+LOG_FORMATS: Final = ("text", "json")
+"""Values of ``log_format``: lines for people, or one JSON object per line for collectors."""
 DEFAULT_VISIBILITY_TIMEOUT: Final = 3600.0
 
 DEMO_DB_NAME: Final = "demo.sqlite"
 
+Group = Literal["cluster", "coordinator", "worker"]
+GROUPS: Final[tuple[Group, ...]] = ("cluster", "coordinator", "worker")
+
+DAY: Final = 24 * 3600
+
+
+def setting(
+    default: Any = None,
+    *,
+    group: Group,
+    doc: str,
+    unit: str = "",
+    schemes: tuple[str, ...] = (),
+    shown: str | None = None,
+    factory: Any = None,
+) -> Any:
+    """Declare a field of :class:`Settings`: its default, group, unit and one-line help.
+
+    ``shown`` is the default as people read it, where the value itself does not say it (a
+    ``None`` that means "three heartbeats"); ``factory`` builds a default computed per instance.
+    """
+    metadata = {"group": group, "doc": doc, "unit": unit, "schemes": schemes, "shown": shown}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def _home() -> Path:
+    return Path(DEFAULT_HOME).expanduser()
+
 
 @dataclasses.dataclass(frozen=True, slots=True, repr=False)
 class Settings:
-    """Where bulksync keeps local files and how it reaches its services; checked on creation.
+    """Every tunable of bulksync and how it reaches its services; checked on creation.
 
     Raises:
-        ValueError: naming the variable whose URL has a scheme bulksync cannot use.
+        ConfigError: naming the variable whose value bulksync cannot use, and what to set.
     """
 
-    home: Path = dataclasses.field(default_factory=lambda: Path(DEFAULT_HOME).expanduser())
-    broker_url: str = DEFAULT_BROKER_URL
-    redis_url: str = DEFAULT_REDIS_URL
-    database_url: str = DEFAULT_DATABASE_URL
-    queue: str = DEFAULT_QUEUE
-    task_timeout: float | None = None
-    visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT
+    # -- cluster: every process ----------------------------------------------------------
+    # setting() returns a dataclasses.Field, which ruff cannot see (RUF009).
+    home: Path = setting(  # noqa: RUF009
+        group="cluster",
+        doc="local files; `bulksync demo` writes demo.sqlite here",
+        unit="directory",
+        shown=DEFAULT_HOME,
+        factory=_home,
+    )
+    broker_url: str = setting(
+        DEFAULT_BROKER_URL, group="cluster", doc="Celery's broker", schemes=BROKER_SCHEMES
+    )
+    redis_url: str = setting(
+        DEFAULT_REDIS_URL,
+        group="cluster",
+        doc="step state, task results, run streams",
+        schemes=REDIS_SCHEMES,
+    )
+    database_url: str = setting(
+        DEFAULT_DATABASE_URL,
+        group="cluster",
+        doc="checkpoints, runs, leases",
+        schemes=DATABASE_SCHEMES,
+    )
+    queue: str = setting(
+        DEFAULT_QUEUE,
+        group="cluster",
+        doc="the queue of nodes without queue=, and the one a worker consumes by default",
+        unit="queue name",
+    )
+    task_timeout: float | None = setting(
+        group="cluster",
+        doc="default time limit of a node task (a node's own timeout= wins)",
+        unit="seconds",
+        shown="none",
+    )
+    visibility_timeout: float = setting(
+        DEFAULT_VISIBILITY_TIMEOUT,
+        group="cluster",
+        doc="before a Redis broker redelivers a message whose worker died unacknowledged",
+        unit="seconds",
+    )
+    step_ttl: int = setting(
+        DAY,
+        group="cluster",
+        doc="how long a step's state and inbox outlive a coordinator that died mid-step",
+        unit="seconds",
+    )
+    result_ttl: int = setting(
+        DAY,
+        group="cluster",
+        doc="how long a task's result is kept for a restarted coordinator to collect",
+        unit="seconds",
+    )
+    run_ttl: int = setting(
+        7 * DAY,
+        group="cluster",
+        doc="how long a run's stream, cancel flag and inbox set outlive its last write",
+        unit="seconds",
+    )
+    claim_lease: float = setting(
+        20.0,
+        group="cluster",
+        doc="how long a task's claim outlives the last heartbeat of the worker running it; "
+        "then the coordinator dispatches the task again",
+        unit="seconds",
+    )
+    claim_heartbeat: float = setting(
+        5.0,
+        group="cluster",
+        doc="how often a worker renews the claims of the tasks it runs, and a coordinator "
+        "looks for lost ones (at most a third of the claim lease)",
+        unit="seconds",
+    )
+    max_deliveries: int = setting(
+        3,
+        group="cluster",
+        doc="times a task may start and lose its worker before it fails with WorkerLostError",
+        unit="deliveries",
+    )
+    unstarted_grace: float = setting(
+        60.0,
+        group="cluster",
+        doc="how long a published task may wait unstarted before it is published again "
+        "(doubling each time)",
+        unit="seconds",
+    )
+    stream_wait: float = setting(
+        2.0,
+        group="cluster",
+        doc="longest wait of a client for a run's next event before it checks the run's row",
+        unit="seconds",
+    )
+    runs_pool_size: int = setting(
+        4,
+        group="cluster",
+        doc="Postgres connections a client keeps for the runs table",
+        unit="connections",
+    )
+    log_format: str = setting(
+        "text",
+        group="cluster",
+        doc="how `bulksync worker` and `bulksync coordinator` write log lines: text, or json "
+        "(one JSON object per line)",
+        unit="log format",
+    )
+    retry_window: float = setting(
+        60.0,
+        group="cluster",
+        doc="how long a call to Redis or Postgres that failed for a lost connection is retried, "
+        "with backoff, before it fails",
+        unit="seconds",
+    )
+
+    # -- coordinator: drives runs, dispatches tasks ------------------------------------------
+    max_runs: int = setting(
+        100, group="coordinator", doc="runs one coordinator process drives at once", unit="runs"
+    )
+    heartbeat: float = setting(
+        5.0,
+        group="coordinator",
+        doc="how often a coordinator says it is alive and renews its thread leases",
+        unit="seconds",
+    )
+    stale_after: float | None = setting(
+        group="coordinator",
+        doc="silence after which a coordinator's runs and leases go to another one",
+        unit="seconds",
+        shown="3 heartbeats",
+    )
+    poll_interval: float = setting(
+        2.0,
+        group="coordinator",
+        doc="longest wait for work before looking at the runs table again",
+        unit="seconds",
+    )
+    progress_interval: float = setting(
+        0.2,
+        group="coordinator",
+        doc="time between two progress events of one step",
+        unit="seconds",
+    )
+    db_pool_size: int | None = setting(
+        group="coordinator",
+        doc="Postgres connections of a coordinator, for checkpoints, leases and runs",
+        unit="connections",
+        shown="max runs (up to 32) + 4",
+    )
+    redis_pool_size: int | None = setting(
+        group="coordinator",
+        doc="Redis connections of a coordinator; a call finding all busy waits for one",
+        unit="connections",
+        shown="max runs + 8",
+    )
+    target_messages: int = setting(
+        128,
+        group="coordinator",
+        doc="a node's Send fan-out is split into about this many messages",
+        unit="messages",
+    )
+    max_batch: int = setting(
+        64, group="coordinator", doc="most tasks one message carries", unit="tasks"
+    )
+    drain_size: int = setting(
+        1000,
+        group="coordinator",
+        doc="most reports read from a step's inbox in one Redis call",
+        unit="reports",
+    )
+    reconnect_wait: float = setting(
+        0.5,
+        group="coordinator",
+        doc="pause before the gatherer reconnects to Redis",
+        unit="seconds",
+    )
+    idle_wait: float = setting(
+        2.0,
+        group="coordinator",
+        doc="longest block on a quiet inbox before checking timeouts and lost keys; keep it "
+        "below Redis' 5 s socket timeout",
+        unit="seconds",
+    )
+
+    # -- worker: runs node tasks -----------------------------------------------------------
+    concurrency: int | None = setting(
+        group="worker",
+        doc="node tasks one worker runs at once (its pool size)",
+        unit="tasks",
+        shown="the number of CPUs",
+    )
+    state_cache_size: int = setting(
+        16,
+        group="worker",
+        doc="step states a worker process keeps decoded for the step's next tasks",
+        unit="step states",
+    )
 
     def __post_init__(self) -> None:
-        check_url("BULKSYNC_BROKER_URL", self.broker_url, BROKER_SCHEMES, DEFAULT_BROKER_URL)
-        check_url("BULKSYNC_REDIS_URL", self.redis_url, REDIS_SCHEMES, DEFAULT_REDIS_URL)
-        check_url(
-            "BULKSYNC_DATABASE_URL", self.database_url, DATABASE_SCHEMES, DEFAULT_DATABASE_URL
-        )
-        for name, value in (
-            ("BULKSYNC_TASK_TIMEOUT", self.task_timeout),
-            ("BULKSYNC_VISIBILITY_TIMEOUT", self.visibility_timeout),
-        ):
-            if value is not None and not value > 0:
-                raise ValueError(f"{name}={value!r}: set it to a positive number of seconds.")
+        for declared in declarations():
+            declared.check(getattr(self, declared.name), declared.env)
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(
+                f"BULKSYNC_LOG_FORMAT={self.log_format!r}: set it to one of "
+                f"{', '.join(LOG_FORMATS)} (default: text)."
+            )
+        if self.stale_after is not None and not self.stale_after > self.heartbeat:
+            raise ConfigError(
+                f"BULKSYNC_STALE_AFTER (--stale-after) is {self.stale_after:g} s, not more than "
+                f"the heartbeat ({self.heartbeat:g} s): set it to a few heartbeats, or unset "
+                "it for 3."
+            )
 
     def __repr__(self) -> str:
         # Hand-written so that passwords in URLs never reach a log through repr().
-        return (
-            f"Settings(home={str(self.home)!r}, broker_url={redact(self.broker_url)!r}, "
-            f"redis_url={redact(self.redis_url)!r}, database_url={redact(self.database_url)!r}, "
-            f"queue={self.queue!r}, task_timeout={self.task_timeout!r}, "
-            f"visibility_timeout={self.visibility_timeout!r})"
-        )
+        shown = ", ".join(f"{d.name}={d.show(getattr(self, d.name))!r}" for d in declarations())
+        return f"Settings({shown})"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Build settings from ``environ`` (default: ``os.environ``, read at call time).
 
         Raises:
-            ValueError: naming the variable whose URL has a scheme bulksync cannot use.
+            ConfigError: naming the variable whose value bulksync cannot use.
         """
         env = os.environ if environ is None else environ
-
-        def get(name: str, default: str) -> str:
-            return env.get(ENV_PREFIX + name) or default
-
-        timeout = get("TASK_TIMEOUT", "")
-        return cls(
-            home=Path(get("HOME", DEFAULT_HOME)).expanduser(),
-            broker_url=get("BROKER_URL", DEFAULT_BROKER_URL),
-            redis_url=get("REDIS_URL", DEFAULT_REDIS_URL),
-            database_url=get("DATABASE_URL", DEFAULT_DATABASE_URL),
-            queue=get("QUEUE", DEFAULT_QUEUE),
-            task_timeout=seconds("BULKSYNC_TASK_TIMEOUT", timeout) if timeout else None,
-            visibility_timeout=seconds(
-                "BULKSYNC_VISIBILITY_TIMEOUT",
-                get("VISIBILITY_TIMEOUT", str(DEFAULT_VISIBILITY_TIMEOUT)),
-            ),
-        )
+        given = {d.name: d.parse(text, d.env) for d in declarations() if (text := env.get(d.env))}
+        return cls(**given)
 
     @property
     def demo_db(self) -> Path:
         """The SQLite file ``bulksync demo`` checkpoints into unless told otherwise."""
         return self.home / DEMO_DB_NAME
 
+    @property
+    def lease_ttl(self) -> float:
+        """Seconds a silent coordinator keeps its runs and thread leases (``stale_after``)."""
+        return self.stale_after if self.stale_after is not None else 3 * self.heartbeat
 
-def seconds(variable: str, text: str) -> float:
-    """Parse a number of seconds from a variable.
+    @property
+    def claim_interval(self) -> float:
+        """Seconds between two claim heartbeats: ``claim_heartbeat``, at most a third of the
+        lease, so that two beats may fail before a live worker's claim expires."""
+        return min(self.claim_heartbeat, self.claim_lease / 3)
 
-    Raises:
-        ValueError: naming the variable and what it should hold.
-    """
-    try:
-        return float(text)
-    except ValueError:
-        raise ValueError(f"{variable}={text!r}: set it to a number of seconds.") from None
+    @property
+    def db_connections(self) -> int:
+        """The size of a coordinator's Postgres pool (``db_pool_size``).
+
+        By default one connection per run it drives, up to 32 (runs share connections
+        beyond that), plus a few for claiming, heartbeats and leases.
+        """
+        if self.db_pool_size is not None:
+            return self.db_pool_size
+        return min(self.max_runs, 32) + 4
+
+    @property
+    def redis_connections(self) -> int:
+        """The size of a coordinator's Redis pool (``redis_pool_size``).
+
+        By default one per run it drives (each run's loop dispatches and streams on its own
+        thread) plus a few for the shared gatherer, wake-ups and heartbeats; connections
+        open only when used.
+        """
+        if self.redis_pool_size is not None:
+            return self.redis_pool_size
+        return self.max_runs + 8
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Declaration:
+    """One setting as declared: its field, group, type, default, unit and help."""
+
+    name: str
+    group: Group
+    kind: type
+    optional: bool
+    default: Any
+    unit: str
+    doc: str
+    schemes: tuple[str, ...]
+    shown: str | None
+
+    @property
+    def env(self) -> str:
+        """The environment variable that sets it: ``BULKSYNC_<NAME>``."""
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag that sets it (coordinator and worker groups only)."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def default_text(self) -> str:
+        """The default as the README and ``--help`` show it."""
+        if self.shown is not None:
+            return self.shown
+        if isinstance(self.default, float):
+            return f"{self.default:g}"
+        return str(self.default)
+
+    @property
+    def help(self) -> str:
+        """The one-line help (with the schemes a URL may have), as ``--help`` shows it."""
+        accepted = f" ({', '.join(self.schemes)})" if self.schemes else ""
+        return f"{self.doc}{accepted}"
+
+    def show(self, value: Any) -> Any:
+        """``value`` safe for a log: a URL with its password hidden, a path as text."""
+        if self.schemes and isinstance(value, str):
+            return redact(value)
+        return str(value) if isinstance(value, Path) else value
+
+    def parse(self, text: str, source: str) -> Any:
+        """The value ``text`` sets, checked; ``source`` (variable or flag) names it in errors.
+
+        Raises:
+            ConfigError: naming ``source``, the text and what to set instead.
+        """
+        if self.kind is Path:
+            return Path(text).expanduser()
+        if self.kind in (int, float):
+            try:
+                value: Any = self.kind(text)
+            except ValueError:
+                value = None
+            if value is None or not self._fits(value):
+                raise ConfigError(f"{source}={text!r}: set it to {self._wanted()}.")
+            return value
+        self.check(text, source)
+        return text
+
+    def check(self, value: Any, source: str) -> None:
+        """Raise ``ConfigError`` naming ``source`` unless ``value`` is one this setting takes."""
+        if value is None and self.optional:
+            return
+        if self.kind in (int, float):
+            if not self._fits(value):
+                raise ConfigError(f"{source}={value!r}: set it to {self._wanted()}.")
+        elif self.kind is str and not (isinstance(value, str) and value):
+            raise ConfigError(f"{source}={value!r}: set it to a {self.unit or 'URL'}.")
+        elif self.schemes:
+            check_url(source, value, self.schemes, str(self.default))
+
+    def _fits(self, value: Any) -> bool:
+        """A number of the declared kind, positive and finite (``True`` is no number)."""
+        allowed = (int,) if self.kind is int else (int, float)
+        if isinstance(value, bool) or not isinstance(value, allowed):
+            return False
+        return value > 0 and math.isfinite(value)
+
+    def _wanted(self) -> str:
+        what = "whole number" if self.kind is int else "number"
+        return f"a positive {what} of {self.unit} (default: {self.default_text})"
+
+
+@functools.cache
+def declarations(group: Group | None = None) -> tuple[Declaration, ...]:
+    """Every setting in declaration order, or those of one ``group``."""
+    hints = typing.get_type_hints(Settings)
+    found = []
+    for field in dataclasses.fields(Settings):
+        meta = field.metadata
+        if group is not None and meta["group"] != group:
+            continue
+        kind, optional = _kind(hints[field.name])
+        default = field.default if field.default_factory is dataclasses.MISSING else None
+        found.append(
+            Declaration(
+                name=field.name,
+                group=meta["group"],
+                kind=kind,
+                optional=optional,
+                default=default,
+                unit=meta["unit"],
+                doc=meta["doc"],
+                schemes=meta["schemes"],
+                shown=meta["shown"],
+            )
+        )
+    return tuple(found)
+
+
+def _kind(hint: Any) -> tuple[type, bool]:
+    """``float | None`` → ``(float, True)``; ``int`` → ``(int, False)``."""
+    if isinstance(hint, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0], True
+    return hint, False
 
 
 def check_url(variable: str, url: str, schemes: tuple[str, ...], example: str) -> None:
     """Check that ``url`` starts with ``<scheme>://`` for one of ``schemes``.
 
     Raises:
-        ValueError: naming ``variable``, the value (password hidden) and the accepted schemes.
+        ConfigError: naming ``variable``, the value (password hidden) and the accepted schemes.
     """
     scheme = urlsplit(url).scheme.lower() if "://" in url else ""
     if scheme in schemes:
         return
     found = f"scheme '{scheme}'" if scheme else "no '<scheme>://' prefix"
     accepted = ", ".join(f"{s}://" for s in schemes)
-    raise ValueError(
+    raise ConfigError(
         f"{variable}={redact(url)!r} has {found}; set it to a URL starting with one of "
         f"{accepted} (for example {example})"
     )

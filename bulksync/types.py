@@ -14,7 +14,11 @@ from bulksync.ids import interrupt_id
 N = TypeVar("N", bound=Hashable)
 
 StreamMode = Literal["values", "updates", "custom", "debug", "tasks", "checkpoints", "messages"]
-"""How ``stream`` frames its output; see DESIGN.md §2."""
+"""How ``stream`` frames its output (DESIGN.md §2): the one list of modes.
+
+Declared here, the lowest layer that needs it (LangGraph exports it from ``types``);
+``coordinator.stream.ALL_MODES`` is its runtime tuple, used by parsing and the CLI.
+"""
 
 Durability = Literal["sync", "async", "exit"]
 """When checkpoints are written: before the next step (sync), overlapping it, or at exit."""

@@ -111,7 +111,7 @@ class Cluster:
 
     def register(self, graph: Any, graph_id: str | None = None) -> str:
         """Serve ``graph`` (under a fresh id unless given); return its id."""
-        from bulksync.workers.node_task import install
+        from bulksync.workers.celery.node_task import install
 
         graph_id = graph_id or f"tests.graph_{uuid.uuid4().hex[:10]}:graph"
         if graph_id not in self.runtime.registry:
@@ -122,7 +122,7 @@ class Cluster:
 
     def attach(self, graph: Any, graph_id: str | None = None, **kw: Any) -> Any:
         """``graph`` bound to a Celery executor whose tasks this worker runs."""
-        from bulksync.coordinator.celery_executor import CeleryExecutor
+        from bulksync.workers.celery.executor import CeleryExecutor
 
         graph_id = self.register(graph, graph_id)
         executor = CeleryExecutor(self.settings, graph_id, graph, app=self.app, **kw)
@@ -134,14 +134,14 @@ def cluster(settings: Settings, redis_url: str) -> Iterator[Cluster]:
     """A Celery worker thread pool in this process, on the local Redis broker."""
     from celery.contrib.testing.worker import start_worker
 
-    from bulksync.workers.app import make_app
-    from bulksync.workers.node_task import WorkerRuntime, install
+    from bulksync.workers.celery.app import make_app
+    from bulksync.workers.celery.node_task import WorkerRuntime, install
     from bulksync.workers.registry import GraphRegistry
 
     # Queues of their own, so test runs sharing a Redis never take each other's messages.
     settings = dataclasses.replace(settings, queue=f"bulksync-test-{uuid.uuid4().hex[:8]}")
     app = make_app(settings)
-    runtime = WorkerRuntime(GraphRegistry(), settings.redis_url)
+    runtime = WorkerRuntime(GraphRegistry(), settings)
     install(app, runtime)  # a message before the first register() still finds the runtime
     with start_worker(
         app,

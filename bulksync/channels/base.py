@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Final, Generic, Self, TypeVar
 
-from bulksync.errors import EmptyChannelError
+from bulksync.errors import EmptyChannelError, InvalidUpdateError
 
 Value = TypeVar("Value")
 Update = TypeVar("Update")
@@ -148,4 +148,38 @@ class ValueChannel(BaseChannel[Value, Update]):
         return self.value is not MISSING
 
 
-__all__ = ["MISSING", "BaseChannel", "EmptyChannelError", "ValueChannel"]
+class GuardedValueChannel(ValueChannel[Value, Value]):
+    """A single-value channel that takes one write per step when ``guard`` is set (the
+    default); without it the last write of a step wins.
+    """
+
+    __slots__ = ("guard",)
+
+    def __init__(self, typ: Any, guard: bool = True, *, key: str = "") -> None:
+        super().__init__(typ, key)
+        self.guard = guard
+
+    def spec(self) -> tuple[Any, ...]:
+        """Channels with the same guard are the same."""
+        return (self.guard,)
+
+    def blank(self) -> Self:
+        """A new, empty channel with this one's guard and key."""
+        return type(self)(self.typ, self.guard, key=self.key)
+
+    def step_value(self, values: Sequence[Value]) -> Value:
+        """The value a step wrote (``values`` is not empty).
+
+        Raises:
+            InvalidUpdateError: when ``guard`` is set and the step wrote more than one value.
+        """
+        if self.guard and len(values) > 1:
+            raise InvalidUpdateError(
+                f"At key '{self.key}': {type(self).__name__}(guard=True) can receive only one "
+                "value per step. Write it from one node per step, or use guard=False to keep "
+                "the last."
+            )
+        return values[-1]
+
+
+__all__ = ["MISSING", "BaseChannel", "EmptyChannelError", "GuardedValueChannel", "ValueChannel"]

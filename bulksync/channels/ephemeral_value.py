@@ -3,33 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Self, TypeVar
+from typing import TypeVar
 
-from bulksync.channels.base import MISSING, ValueChannel
-from bulksync.errors import InvalidUpdateError
+from bulksync.channels.base import MISSING, GuardedValueChannel
 
 Value = TypeVar("Value")
 
 
-class EphemeralValue(ValueChannel[Value, Value]):
+class EphemeralValue(GuardedValueChannel[Value]):
     """Holds the value written in the step just before; a step without a write clears it.
 
     With ``guard`` (the default) two writes in one step fail; without it the last one wins.
     """
 
-    __slots__ = ("guard",)
-
-    def __init__(self, typ: Any, guard: bool = True, *, key: str = "") -> None:
-        super().__init__(typ, key)
-        self.guard = guard
-
-    def spec(self) -> tuple[Any, ...]:
-        """Channels with the same guard are the same."""
-        return (self.guard,)
-
-    def blank(self) -> Self:
-        """A new, empty channel with this one's guard and key."""
-        return type(self)(self.typ, self.guard, key=self.key)
+    __slots__ = ()
 
     def update(self, values: Sequence[Value]) -> bool:
         """Hold the step's value, or drop the held one when the step wrote nothing.
@@ -42,10 +29,5 @@ class EphemeralValue(ValueChannel[Value, Value]):
                 return False
             self.value = MISSING
             return True
-        if self.guard and len(values) > 1:
-            raise InvalidUpdateError(
-                f"At key '{self.key}': EphemeralValue(guard=True) can receive only one value "
-                "per step. Write it from one node per step, or use guard=False to keep the last."
-            )
-        self.value = values[-1]
+        self.value = self.step_value(values)
         return True

@@ -5,32 +5,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Self, TypeVar
 
-from bulksync.channels.base import MISSING, ValueChannel
-from bulksync.errors import InvalidUpdateError
+from bulksync.channels.base import MISSING, GuardedValueChannel
 
 Value = TypeVar("Value")
 
 
-class UntrackedValue(ValueChannel[Value, Value]):
+class UntrackedValue(GuardedValueChannel[Value]):
     """Holds the last value written, in memory only: ``checkpoint()`` is always ``MISSING``.
 
     With ``guard`` (the default) two writes in one step fail; without it the last one wins.
     A step without a write keeps the value.
     """
 
-    __slots__ = ("guard",)
-
-    def __init__(self, typ: Any, guard: bool = True, *, key: str = "") -> None:
-        super().__init__(typ, key)
-        self.guard = guard
-
-    def spec(self) -> tuple[Any, ...]:
-        """Channels with the same guard are the same."""
-        return (self.guard,)
-
-    def blank(self) -> Self:
-        """A new, empty channel with this one's guard and key."""
-        return type(self)(self.typ, self.guard, key=self.key)
+    __slots__ = ()
 
     def from_checkpoint(self, checkpoint: Any) -> Self:
         """A new, empty channel; ``checkpoint`` is ignored (the value is never stored)."""
@@ -58,10 +45,5 @@ class UntrackedValue(ValueChannel[Value, Value]):
         """
         if not values:
             return False
-        if self.guard and len(values) > 1:
-            raise InvalidUpdateError(
-                f"At key '{self.key}': UntrackedValue(guard=True) can receive only one value "
-                "per step. Write it from one node per step, or use guard=False to keep the last."
-            )
-        self.value = values[-1]
+        self.value = self.step_value(values)
         return True

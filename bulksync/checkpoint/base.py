@@ -8,7 +8,11 @@ the first one stored wins (a task delivered twice is recorded once); special wri
 one replaces the earlier.
 
 Values are encoded with the saver's ``serde`` (msgpack, see ``serde.py``) even in memory,
-so a value that could not be stored fails the same way on every saver.
+so a value that could not be stored fails the same way on every saver. A value handed to
+``put`` (a channel value) or ``put_writes`` may arrive already encoded, as an ``Encoded``: a
+saver stores its bytes as they are when they are in its serde's format (``stored_bytes``), so
+a write a worker encoded is not decoded and encoded again on its way to storage. What a saver
+reads back is always plain values.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, THREAD_ID, WRITES_IDX_MAP
+from bulksync.errors import ConfigError
 
 PendingWrite = tuple[str, str, Any]
 """``(task_id, channel, value)`` as recorded for a checkpoint."""
@@ -67,6 +72,78 @@ class Serde(Protocol):
         """Decode bytes made by ``dumps``."""
 
 
+_UNDECODED: Any = object()
+
+
+class Encoded:
+    """A value and the bytes a serde made of it; the value is decoded on first use, once.
+
+    Equal to any ``Encoded`` or plain value its value equals, so it stands in for the value
+    wherever values are compared. Made by a worker for each write (``wire.loads_result``),
+    or by the loop for a channel value it stores.
+    """
+
+    __slots__ = ("_value", "data", "serde")
+
+    def __init__(self, data: bytes, serde: Serde, value: Any = _UNDECODED) -> None:
+        self.data = data
+        self.serde = serde
+        self._value = value
+
+    @classmethod
+    def of(cls, serde: Serde, value: Any) -> Encoded:
+        """``value`` encoded with ``serde`` now (raises ``SerializationError`` as it does)."""
+        return cls(serde.dumps(value), serde, value)
+
+    @property
+    def value(self) -> Any:
+        """The decoded value (decoded by the first caller, then kept)."""
+        if self._value is _UNDECODED:
+            self._value = self.serde.loads(self.data)
+        return self._value
+
+    def holds(self, value: Any) -> bool:
+        """Whether ``value`` is this record's decoded value itself (identity, no decoding)."""
+        return self._value is value
+
+    def bytes_for(self, serde: Serde) -> bytes | None:
+        """``data`` if ``serde`` reads and writes the same bytes (same serde, or the same
+        declared ``format``), else ``None``: the value must be encoded for ``serde``."""
+        if serde is self.serde:
+            return self.data
+        mine = getattr(self.serde, "format", None)
+        return self.data if mine is not None and mine == getattr(serde, "format", None) else None
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Encoded):
+            other = other.value
+        return bool(self.value == other)
+
+    __hash__ = None  # type: ignore[assignment]  # equal to unhashable values too
+
+    def __repr__(self) -> str:
+        shown = "…" if self._value is _UNDECODED else repr(self._value)
+        return f"Encoded({shown}, {len(self.data)} bytes)"
+
+
+def decoded(value: Any) -> Any:
+    """The plain value of ``value`` (an ``Encoded`` decoded, anything else as is)."""
+    return value.value if isinstance(value, Encoded) else value
+
+
+def stored_bytes(serde: Serde, value: Any) -> bytes:
+    """The bytes a saver stores for ``value``: an ``Encoded`` value's own bytes when they are
+    in ``serde``'s format, else ``serde.dumps`` of the plain value.
+
+    Raises:
+        SerializationError: the plain value cannot be encoded.
+    """
+    if isinstance(value, Encoded):
+        data = value.bytes_for(serde)
+        return data if data is not None else serde.dumps(value.value)
+    return serde.dumps(value)
+
+
 @runtime_checkable
 class CheckpointSaver(Protocol):
     """Stores checkpoints and pending writes; ``memory``, ``sqlite`` and ``postgres``."""
@@ -99,7 +176,8 @@ class CheckpointSaver(Protocol):
         """Store ``checkpoint`` as the child of ``config``'s checkpoint; return its config.
 
         ``new_versions`` names the channels whose value changed since the parent: only those
-        need their value stored again.
+        need their value stored again. A channel value may be an ``Encoded`` (stored with
+        ``stored_bytes``).
         """
 
     def put_writes(
@@ -109,10 +187,33 @@ class CheckpointSaver(Protocol):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        """Record a task's writes against ``config``'s checkpoint (see the module docstring)."""
+        """Record a task's writes against ``config``'s checkpoint (see the module docstring).
+
+        A value may be an ``Encoded`` (stored with ``stored_bytes``).
+        """
 
     def delete_thread(self, thread_id: str) -> None:
         """Forget every checkpoint and write of ``thread_id``, in every namespace."""
+
+
+class LeasingSaver(CheckpointSaver, Protocol):
+    """A saver that also leases threads, so that one coordinator at a time writes each.
+
+    A lease carries a fencing token that grows on every handover; a ``fenced`` view's
+    commits check it, so a coordinator that lost its lease can never fork the chain.
+    """
+
+    def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> int | None:
+        """Hold ``thread_id`` for ``ttl`` seconds; its fencing token, or None if taken."""
+
+    def renew_lease(self, thread_id: str, owner: str, token: int, ttl: float) -> bool:
+        """Extend the lease; False once ``token`` is no longer the lease's."""
+
+    def release_lease(self, thread_id: str, owner: str, token: int) -> None:
+        """End the lease now if ``owner`` still holds it with ``token``."""
+
+    def fenced(self, thread_id: str, token: int) -> CheckpointSaver:
+        """This saver, whose commits to ``thread_id`` fail once the lease has another token."""
 
 
 def write_index(channel: str, position: int) -> int:
@@ -144,6 +245,7 @@ def config_thread(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
     """
     conf = config.get("configurable") or {}
     if conf.get(THREAD_ID) is None:
+        # LangGraph raises a bare ValueError for a checkpointed run without a thread.
         raise ValueError(
             "A checkpointer needs a thread: pass config={'configurable': {'thread_id': ...}}."
         )
@@ -154,15 +256,67 @@ def write_target(config: Mapping[str, Any]) -> tuple[str, str, str]:
     """``(thread, ns, checkpoint id)`` that ``put_writes`` records against.
 
     Raises:
-        ValueError: when the config names no checkpoint.
+        ConfigError: when the config names no checkpoint (a ``ValueError``).
     """
     thread_id, ns, checkpoint_id = config_thread(config)
     if checkpoint_id is None:
-        raise ValueError(
+        raise ConfigError(
             "put_writes needs the checkpoint the task was planned from: pass the config "
             "returned by put() (it has configurable.checkpoint_id)."
         )
     return thread_id, ns, checkpoint_id
+
+
+def blob_rows(
+    serde: Serde,
+    thread_id: str,
+    ns: str,
+    checkpoint: Checkpoint,
+    new_versions: Mapping[str, int],
+) -> list[tuple[str, str, str, int, bytes | None]]:
+    """``(thread, ns, channel, version, bytes)`` for each channel in ``new_versions``.
+
+    Sorted by channel, so concurrent puts lock rows in one order; ``None`` bytes: the channel
+    is empty at that version.
+    """
+    values = checkpoint.channel_values
+    return [
+        (thread_id, ns, ch, version, stored_bytes(serde, values[ch]) if ch in values else None)
+        for ch, version in sorted(new_versions.items())
+    ]
+
+
+def write_rows(
+    serde: Serde,
+    config: Mapping[str, Any],
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+) -> list[tuple[str, str, str, str, int, str, bytes, str]]:
+    """``(thread, ns, checkpoint id, task id, idx, channel, bytes, task path)`` per write.
+
+    Sorted by slot (``idx``, at position 4; stable, so a repeated special slot still ends
+    with its last value): concurrent deliveries of one task lock rows in the same order.
+
+    Raises:
+        ConfigError: when the config names no checkpoint (see ``write_target``).
+    """
+    thread_id, ns, checkpoint_id = write_target(config)
+    rows = [
+        (
+            thread_id,
+            ns,
+            checkpoint_id,
+            task_id,
+            write_index(ch, pos),
+            ch,
+            stored_bytes(serde, v),
+            task_path,
+        )
+        for pos, (ch, v) in enumerate(writes)
+    ]
+    rows.sort(key=lambda r: r[4])
+    return rows
 
 
 def before_id(before: Mapping[str, Any] | None) -> str | None:

@@ -27,6 +27,7 @@ from bulksync.checkpoint.base import (
     checkpoint_config,
     config_thread,
     metadata_matches,
+    stored_bytes,
     write_index,
     write_target,
     writes_sort_key,
@@ -124,7 +125,7 @@ class InMemorySaver:
         thread_id, ns, parent_id = config_thread(config)
         blobs = {
             (thread_id, ns, ch, version): (
-                self.serde.dumps(checkpoint.channel_values[ch])
+                stored_bytes(self.serde, checkpoint.channel_values[ch])
                 if ch in checkpoint.channel_values
                 else None
             )
@@ -155,7 +156,7 @@ class InMemorySaver:
         target = write_target(config)
         # Encode everything first so a bad value stores none of the batch.
         encoded = [
-            (write_index(channel, pos), channel, self.serde.dumps(value))
+            (write_index(channel, pos), channel, stored_bytes(self.serde, value))
             for pos, (channel, value) in enumerate(writes)
         ]
         with self._lock:

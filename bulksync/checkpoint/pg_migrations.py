@@ -16,7 +16,7 @@ single history recorded in ``bulksync_migrations (version, applied_at)``::
                                 token its checkpoint commits are checked against
     bulksync_check_lease()      the check a fenced commit runs first (``FENCE_SQL``)
     bulksync_runs               detached runs: status, owner and heartbeat, payload and output
-                                (``bulksync.coordinator.runs``)
+                                (``bulksync.service.runs``)
 
 **Adding a migration** (for any module: the runs table too): append one SQL string at the end
 of ``MIGRATIONS``, written out here (importing it from the module that uses the table would
@@ -98,7 +98,7 @@ MIGRATIONS: tuple[str, ...] = (
                 DETAIL = coalesce(current_token::text, 'none');
         END IF;
     END $$""",
-    # 7: detached runs (bulksync/coordinator/runs.py documents the columns).
+    # 7: detached runs (bulksync/service/runs.py documents the columns).
     """CREATE TABLE bulksync_runs (
         run_id text PRIMARY KEY,
         seq bigint GENERATED ALWAYS AS IDENTITY,

@@ -27,6 +27,15 @@ transaction, so a takeover waits for a commit in flight (and its new owner reads
 raises when the token moved on, so a commit after a takeover writes nothing. Expiry alone
 refuses nothing; only a newer token does.
 
+**Outages.** Every call is retried with backoff (``bulksync.retry``) while it fails because
+Postgres is unreachable — a restart, a dropped connection, no pooled connection within the
+pool's timeout — for up to ``retry_window`` seconds (the setting of that name), then the last
+error is raised. Each call is safe to run twice: reads; ``put`` of a checkpoint by its id (an
+upsert) whose retried transaction checks the fence again, so a commit after a takeover is
+still refused; ``put_writes`` (first write wins, special writes set the same value again);
+the lease statements (re-acquiring one's own live lease keeps its token). A broken pooled
+connection is dropped by the pool when given back, and the retry takes a fresh one.
+
 ``put_writes`` is not fenced: writes hang off a checkpoint already committed and are keyed by
 deterministic task ids, and regular ones keep the first value, so a stale coordinator can only
 record a result that task really produced from that checkpoint, which any owner would accept.
@@ -42,9 +51,9 @@ import math
 import re
 import threading
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Final, TypeVar
 
 import psycopg
 from psycopg.rows import tuple_row
@@ -55,11 +64,11 @@ from bulksync.checkpoint.base import (
     Checkpoint,
     CheckpointTuple,
     Serde,
+    blob_rows,
     checkpoint_config,
     config_thread,
     keyset_pages,
-    write_index,
-    write_target,
+    write_rows,
     writes_sort_key,
 )
 from bulksync.checkpoint.pg_migrations import MIGRATIONS, apply_migrations
@@ -69,9 +78,42 @@ from bulksync.checkpoint.serde import (
     dumps_metadata,
     loads_checkpoint,
 )
-from bulksync.errors import LeaseLostError, SerializationError, ServiceUnavailableError
+from bulksync.errors import (
+    ConfigError,
+    LeaseLostError,
+    SerializationError,
+    ServiceUnavailableError,
+)
+from bulksync.retry import retry
 
-__all__ = ["MIGRATIONS", "PAGE_SIZE", "PostgresSaver", "apply_migrations"]
+T = TypeVar("T")
+
+__all__ = [
+    "MIGRATIONS",
+    "PAGE_SIZE",
+    "RETRY_WINDOW",
+    "PostgresSaver",
+    "apply_migrations",
+    "is_transient_postgres",
+]
+
+RETRY_WINDOW: Final = 60.0
+"""Seconds a call is retried through an outage unless told otherwise (``retry_window``)."""
+
+# SQLSTATE classes of a server that is gone or not ready: connection exceptions, operator
+# intervention (shutdown, starting up), insufficient resources (too many connections).
+_TRANSIENT_CLASSES: Final = ("08", "57", "53")
+
+
+def is_transient_postgres(exc: BaseException) -> bool:
+    """Whether ``exc`` says Postgres was unreachable for now (worth retrying), not a bad call."""
+    if isinstance(exc, PoolTimeout | psycopg.InterfaceError):
+        return True
+    if isinstance(exc, psycopg.OperationalError):
+        state = exc.sqlstate
+        return state is None or state[:2] in _TRANSIENT_CLASSES
+    return False
+
 
 PAGE_SIZE = 100
 """Checkpoints ``list`` reads per round of queries."""
@@ -91,9 +133,16 @@ class _SetupState:
 class PostgresSaver:
     """A ``CheckpointSaver`` storing threads in Postgres, with per-thread leases."""
 
-    def __init__(self, pool: ConnectionPool[Any], *, serde: Serde | None = None) -> None:
+    def __init__(
+        self,
+        pool: ConnectionPool[Any],
+        *,
+        serde: Serde | None = None,
+        retry_window: float = RETRY_WINDOW,
+    ) -> None:
         self.pool = pool
         self.serde: Serde = serde if serde is not None else MsgpackSerde()
+        self.retry_window = retry_window
         self._setup_state = _SetupState()
         self._fence: tuple[str, int] | None = None
 
@@ -106,8 +155,12 @@ class PostgresSaver:
         max_size: int = 10,
         serde: Serde | None = None,
         connect_timeout: float = 10.0,
+        retry_window: float = RETRY_WINDOW,
     ) -> Iterator[PostgresSaver]:
         """Open a pool of up to ``max_size`` connections for the ``with`` block, then close it.
+
+        Calls through an outage are retried for ``retry_window`` seconds; opening is not: a
+        Postgres that cannot be reached now fails at once.
 
         Raises:
             ServiceUnavailableError: when ``url`` is malformed or Postgres does not accept a
@@ -131,15 +184,19 @@ class PostgresSaver:
         except PoolTimeout as exc:
             raise _unavailable(url, f"no connection within {connect_timeout} s") from exc
         try:
-            yield cls(pool, serde=serde)
+            yield cls(pool, serde=serde, retry_window=retry_window)
         finally:
             pool.close()
 
     def setup(self) -> None:
         """Apply the migrations this database lacks; runs by itself on first use."""
-        with self._setup_state.lock, self.pool.connection() as conn:
-            pgm.apply_migrations(conn, pgm.MIGRATIONS)
-            self._setup_state.done = True
+
+        def apply() -> None:
+            with self._setup_state.lock, self.pool.connection() as conn:
+                pgm.apply_migrations(conn, pgm.MIGRATIONS)
+                self._setup_state.done = True
+
+        self._retry(apply, "applying migrations")
 
     def fenced(self, thread_id: str, token: int) -> PostgresSaver:
         """A view on the same pool whose ``put`` for ``thread_id`` needs the lease's ``token``.
@@ -204,25 +261,25 @@ class PostgresSaver:
             LeaseLostError: on a ``fenced`` view, when another coordinator took the thread.
         """
         thread_id, ns, parent_id = config_thread(config)
-        values = checkpoint.channel_values
-        blobs = [
-            (thread_id, ns, ch, version, self.serde.dumps(values[ch]) if ch in values else None)
-            for ch, version in sorted(new_versions.items())  # one lock order for every put
-        ]
+        blobs = blob_rows(self.serde, thread_id, ns, checkpoint, new_versions)
         record = dumps_checkpoint(self.serde, checkpoint)
         row = (thread_id, ns, checkpoint.id, parent_id, record, _metadata_json(metadata))
         token = self._fence[1] if self._fence and self._fence[0] == thread_id else None
-        try:
-            with self._connection() as conn, conn.pipeline():
-                cur = conn.cursor()
-                if token is not None:
-                    cur.execute(pgm.FENCE_SQL, (thread_id, token))
-                cur.executemany(pgm.PUT_BLOB_SQL, blobs)
-                cur.execute(pgm.PUT_CHECKPOINT_SQL, row)
-        except psycopg.Error as exc:
-            if token is None or exc.sqlstate != pgm.LEASE_LOST_SQLSTATE:
-                raise
-            raise _lease_lost(thread_id, token, exc.diag.message_detail) from None
+
+        def commit() -> None:  # one transaction: retried whole, fence check included
+            try:
+                with self._connection() as conn, conn.pipeline():
+                    cur = conn.cursor()
+                    if token is not None:
+                        cur.execute(pgm.FENCE_SQL, (thread_id, token))
+                    cur.executemany(pgm.PUT_BLOB_SQL, blobs)
+                    cur.execute(pgm.PUT_CHECKPOINT_SQL, row)
+            except psycopg.Error as exc:
+                if token is None or exc.sqlstate != pgm.LEASE_LOST_SQLSTATE:
+                    raise
+                raise _lease_lost(thread_id, token, exc.diag.message_detail) from None
+
+        self._retry(commit, f"committing checkpoint {checkpoint.id} of thread {thread_id}")
         return checkpoint_config(thread_id, ns, checkpoint.id)
 
     def put_writes(
@@ -233,29 +290,30 @@ class PostgresSaver:
         task_path: str = "",
     ) -> None:
         """Record a task's writes: regular slots keep the first value, special slots the last."""
-        thread_id, ns, checkpoint_id = write_target(config)
-        rows = [
-            (thread_id, ns, checkpoint_id, task_id, write_index(ch, pos), ch, self.serde.dumps(v))
-            for pos, (ch, v) in enumerate(writes)
-        ]
+        rows = write_rows(self.serde, config, writes, task_id, task_path)
         if not rows:
             return
-        # Sorted by slot (stable, so a repeated special slot still ends with its last value):
-        # concurrent deliveries of one task lock rows in the same order and cannot deadlock.
-        rows.sort(key=lambda r: r[4])
-        with self._connection() as conn, conn.pipeline():
-            cur = conn.cursor()
-            for sql, keep in ((pgm.KEEP_FIRST_SQL, True), (pgm.KEEP_LAST_SQL, False)):
-                cur.executemany(sql, [(*r, task_path) for r in rows if (r[4] >= 0) is keep])
+
+        def store() -> None:
+            with self._connection() as conn, conn.pipeline():
+                cur = conn.cursor()
+                for sql, keep in ((pgm.KEEP_FIRST_SQL, True), (pgm.KEEP_LAST_SQL, False)):
+                    cur.executemany(sql, [r for r in rows if (r[4] >= 0) is keep])
+
+        self._retry(store, f"storing the writes of task {task_id}")
 
     def delete_thread(self, thread_id: str) -> None:
         """Forget every checkpoint and write of ``thread_id``, in every namespace.
 
         The thread's lease row stays, so its fencing tokens keep growing.
         """
-        with self._connection() as conn, conn.pipeline():
-            for table in pgm.CHECKPOINT_TABLES:
-                conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
+
+        def delete() -> None:
+            with self._connection() as conn, conn.pipeline():
+                for table in pgm.CHECKPOINT_TABLES:
+                    conn.execute(f"DELETE FROM {table} WHERE thread_id = %s", (thread_id,))
+
+        self._retry(delete, f"deleting thread {thread_id}")
 
     def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> int | None:
         """Hold ``thread_id`` for ``ttl`` seconds; its fencing token, or None if taken.
@@ -265,23 +323,40 @@ class PostgresSaver:
         One statement, so concurrent callers cannot both win.
         """
         args = {"thread": thread_id, "owner": owner, "ttl": _seconds(ttl)}
-        with self._connection() as conn:
-            row = conn.cursor(row_factory=tuple_row).execute(pgm.ACQUIRE_SQL, args).fetchone()
+        # Retrying is safe: if the first attempt won, the retry finds the lease live and
+        # ``owner``'s, and keeps its token.
+        row = self._retry(lambda: self._fetch_one(pgm.ACQUIRE_SQL, args), "acquiring a lease")
         return None if row is None else int(row[0])
 
     def renew_lease(self, thread_id: str, owner: str, token: int, ttl: float) -> bool:
         """Extend the lease to ``ttl`` seconds from now; False once ``token`` is no longer its."""
         args = (_seconds(ttl), thread_id, owner, token)
-        with self._connection() as conn:
-            row = conn.cursor(row_factory=tuple_row).execute(pgm.RENEW_SQL, args).fetchone()
+        row = self._retry(lambda: self._fetch_one(pgm.RENEW_SQL, args), "renewing a lease")
         return row is not None
 
     def release_lease(self, thread_id: str, owner: str, token: int) -> None:
         """End the lease now if ``owner`` still holds it with ``token``; the next acquire of
         the thread, by anyone, gets a new token.
         """
+        self._retry(
+            lambda: self._fetch_one(pgm.RELEASE_SQL, (thread_id, owner, token), rows=False),
+            "releasing a lease",
+        )
+
+    def _retry(self, call: Callable[[], T], what: str) -> T:
+        """``call()``, retried while Postgres is unreachable, for ``retry_window`` seconds."""
+        return retry(
+            call,
+            transient=is_transient_postgres,
+            window=self.retry_window,
+            what=f"Postgres: {what}",
+        )
+
+    def _fetch_one(self, sql: str, args: Any, *, rows: bool = True) -> tuple[Any, ...] | None:
+        """Run one statement; its first row (``rows=False``: a statement returning none)."""
         with self._connection() as conn:
-            conn.execute(pgm.RELEASE_SQL, (thread_id, owner, token))
+            cur = conn.cursor(row_factory=tuple_row).execute(sql, args)
+            return cur.fetchone() if rows else None
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -296,6 +371,9 @@ class PostgresSaver:
 
     def _read_page(self, sql: str, params: Sequence[Any]) -> builtins.list[CheckpointTuple]:
         """Checkpoints selected by ``sql`` (``pgm.ROW_COLUMNS``), with their blobs and writes."""
+        return self._retry(lambda: self._read_page_once(sql, params), "reading checkpoints")
+
+    def _read_page_once(self, sql: str, params: Sequence[Any]) -> builtins.list[CheckpointTuple]:
         with self._connection() as conn:
             rows: builtins.list[_Row] = (
                 conn.cursor(row_factory=tuple_row).execute(sql, params).fetchall()
@@ -315,13 +393,13 @@ class PostgresSaver:
                 blob_cur.execute(pgm.BLOBS_SQL, _columns(blob_keys, 5))
                 write_cur = conn.cursor(row_factory=tuple_row)
                 write_cur.execute(pgm.WRITES_SQL, _columns(write_keys, 4))
-            blob_rows, write_rows = blob_cur.fetchall(), write_cur.fetchall()
+            found_blobs, found_writes = blob_cur.fetchall(), write_cur.fetchall()
         blobs: builtins.list[dict[str, bytes]] = [{} for _ in rows]
-        for i, channel, blob in blob_rows:
+        for i, channel, blob in found_blobs:
             if blob is not None:
                 blobs[i][channel] = blob
         writes: builtins.list[builtins.list[_Write]] = [[] for _ in rows]
-        for i, *write in write_rows:
+        for i, *write in found_writes:
             writes[i].append((write[0], write[1], write[2], write[3], write[4]))
         return [
             self._decode(row, ckpt, blobs[i], writes[i])
@@ -378,7 +456,7 @@ def _metadata_json(metadata: Mapping[str, Any]) -> str:
 def _seconds(ttl: float) -> float:
     """A lease ``ttl`` checked to be a positive, finite number of seconds."""
     if not (isinstance(ttl, int | float) and math.isfinite(ttl) and ttl > 0):
-        raise ValueError(f"A lease ttl must be a positive number of seconds, got {ttl!r}.")
+        raise ConfigError(f"A lease ttl must be a positive number of seconds, got {ttl!r}.")
     return float(ttl)
 
 

@@ -53,12 +53,12 @@ import sys
 import uuid
 import zoneinfo
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import msgpack
 
 from bulksync.checkpoint.base import Checkpoint, Serde
-from bulksync.errors import SerializationError, describe_type
+from bulksync.errors import SerializationError, StoredError, describe_type
 from bulksync.types import Command, Interrupt, Overwrite, Send
 
 C = TypeVar("C", bound=type)
@@ -81,33 +81,6 @@ _KIND_BY_CODE = {
 _LC_MESSAGES = "langchain_core.messages"
 
 _registry: dict[str, type] = {}
-
-
-class StoredError(Exception):
-    """An exception read back from storage: its type's name, message and original repr."""
-
-    def __init__(self, type_name: str, message: str, original_repr: str | None = None) -> None:
-        super().__init__(message)
-        self.type_name = type_name
-        self.message = message
-        short = type_name.rsplit(".", 1)[-1]
-        self.original_repr = original_repr or f"{short}({message!r})"
-
-    def __repr__(self) -> str:
-        return self.original_repr
-
-    def __reduce__(self) -> tuple[type[StoredError], tuple[str, str, str]]:
-        # For copy/deepcopy, whose default would call __init__ with the message alone.
-        return StoredError, (self.type_name, self.message, self.original_repr)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, StoredError) and (
-            (self.type_name, self.message, self.original_repr)
-            == (other.type_name, other.message, other.original_repr)
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.type_name, self.message))
 
 
 def type_ref(cls: type) -> str:
@@ -287,6 +260,10 @@ class _Unencodable(Exception):
 
 class MsgpackSerde:
     """The ``Serde`` of every saver: msgpack plus the extension types in the module docstring."""
+
+    format: ClassVar[str] = "bulksync-msgpack"
+    """Every instance writes the same bytes (registries only matter when decoding), so an
+    ``Encoded`` made by one is stored as is by a saver using another."""
 
     def __init__(self, types: Iterable[type] = ()) -> None:
         self._types: dict[str, type] = {}

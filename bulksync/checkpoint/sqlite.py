@@ -35,11 +35,11 @@ from bulksync.checkpoint.base import (
     CheckpointTuple,
     Serde,
     before_id,
+    blob_rows,
     checkpoint_config,
     config_thread,
     keyset_pages,
-    write_index,
-    write_target,
+    write_rows,
     writes_sort_key,
 )
 from bulksync.checkpoint.serde import (
@@ -177,11 +177,7 @@ class SqliteSaver:
         written when their current version was.
         """
         thread_id, ns, parent_id = config_thread(config)
-        values = checkpoint.channel_values
-        blobs = [
-            (thread_id, ns, ch, version, self.serde.dumps(values[ch]) if ch in values else None)
-            for ch, version in new_versions.items()
-        ]
+        blobs = blob_rows(self.serde, thread_id, ns, checkpoint, new_versions)
         row = (
             thread_id,
             ns,
@@ -207,15 +203,11 @@ class SqliteSaver:
         task_path: str = "",
     ) -> None:
         """Record a task's writes: regular slots keep the first value, special slots the last."""
-        thread_id, ns, checkpoint_id = write_target(config)
-        rows = [
-            (thread_id, ns, checkpoint_id, task_id, write_index(ch, pos), ch, self.serde.dumps(v))
-            for pos, (ch, v) in enumerate(writes)
-        ]
+        rows = write_rows(self.serde, config, writes, task_id, task_path)
         columns = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, blob, task_path"
         with self._write() as conn:
             for verb, keep in (("INSERT OR IGNORE", True), ("INSERT OR REPLACE", False)):
-                batch = [(*r, task_path) for r in rows if (r[4] >= 0) is keep]
+                batch = [r for r in rows if (r[4] >= 0) is keep]
                 sql = f"{verb} INTO checkpoint_writes ({columns}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                 conn.executemany(sql, batch)
 
@@ -277,14 +269,14 @@ class SqliteSaver:
                 for ch, version in ckpt.channel_versions.items()
             ]
             write_keys = [[i, row[0], row[1], row[2]] for i, row in enumerate(rows)]
-            blob_rows = self.conn.execute(_BLOBS_SQL, (json.dumps(blob_keys),)).fetchall()
-            write_rows = self.conn.execute(_WRITES_SQL, (json.dumps(write_keys),)).fetchall()
+            found_blobs = self.conn.execute(_BLOBS_SQL, (json.dumps(blob_keys),)).fetchall()
+            found_writes = self.conn.execute(_WRITES_SQL, (json.dumps(write_keys),)).fetchall()
         blobs: builtins.list[dict[str, bytes]] = [{} for _ in rows]
-        for i, channel, blob in blob_rows:
+        for i, channel, blob in found_blobs:
             if blob is not None:
                 blobs[i][channel] = blob
         writes: builtins.list[builtins.list[tuple[str, int, str, bytes, str]]] = [[] for _ in rows]
-        for i, *write in write_rows:
+        for i, *write in found_writes:
             writes[i].append(tuple(write))
         return [
             self._decode(row, ckpt, blobs[i], writes[i])

@@ -6,6 +6,9 @@ Exit codes:
 - 2: a problem with the command line or its environment (bad flag, bad ``BULKSYNC_*``
   variable, unusable database path, a service that cannot be reached), reported as one
   line on stderr;
+
+Settings come from ``BULKSYNC_*`` variables; the flags of a setting (``--max-runs``, …)
+override them.
 - 130: interrupted by Ctrl-C.
 
 Anything else is a bug in bulksync and keeps its traceback.
@@ -19,16 +22,13 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Final
 
-from bulksync.errors import BulkSyncError, ServiceUnavailableError
+from bulksync.cli.setting_flags import apply_setting_flags
+from bulksync.errors import ConfigError, ServiceError
 from bulksync.settings import Settings
 
 PROG: Final = "bulksync"
 EXIT_USAGE: Final = 2
 EXIT_INTERRUPTED: Final = 130  # the shell convention for Ctrl-C (128 + SIGINT)
-
-
-class UsageError(BulkSyncError, ValueError):
-    """Raised when the command line or its environment cannot work; shown as one line."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -38,14 +38,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version and argparse's own usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except ConfigError as exc:  # a setting's flag has a bad value; the message names it
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
-        settings = Settings.from_env()
-    except ValueError as exc:  # the message names the variable at fault
+        settings = apply_setting_flags(Settings.from_env(), args)
+    except ConfigError as exc:  # the message names the variable or flag at fault
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
         code: int = args.run(args, settings, sys.stdout)
-    except (UsageError, ServiceUnavailableError) as exc:
+    except (ConfigError, ServiceError) as exc:  # bad input or an unreachable service: one line
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
@@ -63,11 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    from bulksync.cli import cluster, demo, worker
+    from bulksync.cli import cluster, demo, flower, worker
 
     demo.add_parser(commands)
     worker.add_parser(commands)
     cluster.add_parsers(commands)
+    flower.add_parser(commands)
     return parser
 
 

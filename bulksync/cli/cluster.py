@@ -1,6 +1,6 @@
 """The commands that drive runs on the cluster: coordinator, submit, runs, state, …
 
-``coordinator`` is the service (``bulksync.coordinator.service``); the others are clients
+``coordinator`` is the service (``bulksync.service.coordinator``); the others are clients
 (``bulksync.client``) and need a coordinator serving the graph to get an answer. Values on
 the command line and in the output are JSON; types JSON lacks are shown as their ``repr``.
 """
@@ -11,7 +11,6 @@ import argparse
 import dataclasses
 import datetime
 import json
-import logging
 import signal
 import sys
 import threading
@@ -19,13 +18,21 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from bulksync.cli import UsageError, positive_int
-from bulksync.cli.worker import add_graph_option, check_broker, check_redis, load_registry
-from bulksync.errors import BulkSyncError, ThreadBusyError
+from bulksync.cli import positive_int
+from bulksync.cli.setting_flags import add_setting_flags
+from bulksync.cli.worker import (
+    add_graph_option,
+    announcer,
+    check_broker,
+    check_redis,
+    load_registry,
+)
+from bulksync.coordinator.stream import ALL_MODES
+from bulksync.errors import BulkSyncError, ThreadBusyError, UnservedGraphError, UsageError
+from bulksync.logs import configure as configure_logging
 from bulksync.settings import Settings
 
-# Spelled out so that building the parser imports no service code (a test keeps them in step).
-STREAM_MODES = ("values", "updates", "custom", "debug", "tasks", "checkpoints", "messages")
+# Spelled out so that building the parser imports no service code (a test keeps it in step).
 STATUSES = ("pending", "running", "interrupted", "success", "error", "cancelled", "timeout")
 READ_TIMEOUT = 30.0
 """Seconds ``state``/``history`` wait for a coordinator's answer by default."""
@@ -45,7 +52,7 @@ def add_parsers(commands: Any) -> None:
     submit.add_argument("--thread", metavar="ID", help="thread to run on (default: a new one)")
     submit.add_argument(
         "--stream-mode",
-        choices=STREAM_MODES,
+        choices=ALL_MODES,
         default="values",
         help="events the run streams for `bulksync`'s clients (default: %(default)s)",
     )
@@ -103,21 +110,7 @@ def _coordinator(commands: Any) -> None:
         "coordinators that stopped heartbeating. Start several for availability.",
     )
     add_graph_option(parser)
-    parser.add_argument(
-        "--max-runs",
-        type=positive_int,
-        default=100,
-        metavar="N",
-        help="runs driven at once by this process (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--heartbeat",
-        type=_seconds,
-        default=5.0,
-        metavar="SECONDS",
-        help="heartbeat period; a coordinator silent for 3 periods loses its runs to the "
-        "others (default: %(default)s)",
-    )
+    add_setting_flags(parser, "coordinator")  # --max-runs, --heartbeat, …
     parser.add_argument(
         "--loglevel",
         default="INFO",
@@ -158,6 +151,11 @@ def _add_strategy(parser: argparse.ArgumentParser) -> None:
         help="when the thread already has an active run: queue behind it, or refuse "
         "(default: %(default)s)",
     )
+    parser.add_argument(
+        "--queue-anyway",
+        action="store_true",
+        help="queue the run even if no coordinator serves the graph yet (default: refuse)",
+    )
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -165,23 +163,18 @@ def _add_strategy(parser: argparse.ArgumentParser) -> None:
 
 def run_coordinator(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Serve runs until interrupted."""
-    from bulksync.coordinator.service import open_coordinator
-    from bulksync.workers.app import make_app
+    from bulksync.service.coordinator import open_coordinator
+    from bulksync.workers.celery.app import make_app
 
-    logging.basicConfig(level=args.loglevel, format="%(asctime)s %(levelname)s %(message)s")
+    configure_logging(settings.log_format, args.loglevel)
     registry = load_registry(args.graph)
     check_redis(settings.redis_url)
     app = make_app(settings)
     check_broker(app, settings.broker_url)
-    with open_coordinator(
-        settings, registry, app=app, max_runs=args.max_runs, heartbeat=args.heartbeat
-    ) as coordinator:
-        print(f"bulksync coordinator: graphs {', '.join(registry.ids())}", file=out)
-        print(
-            f"bulksync coordinator: {coordinator.owner}, up to {args.max_runs} runs at once",
-            file=out,
-            flush=True,
-        )
+    with open_coordinator(settings, registry, app=app) as coordinator:
+        say = announcer(out, settings.log_format == "json")
+        say(f"bulksync coordinator: graphs {', '.join(registry.ids())}")
+        say(f"bulksync coordinator: {coordinator.owner}, up to {settings.max_runs} runs at once")
         if threading.current_thread() is threading.main_thread():
             # SIGTERM (docker stop, kubectl): finish the runs in flight, then exit.
             stop = threading.Thread(target=coordinator.stop, daemon=True)
@@ -279,8 +272,9 @@ def _submit(
                 thread_id=thread,
                 stream_mode=stream_mode,
                 multitask_strategy=args.multitask_strategy,
+                require_coordinator=not args.queue_anyway,
             )
-        except ThreadBusyError as exc:
+        except (ThreadBusyError, UnservedGraphError) as exc:
             raise UsageError(str(exc)) from None
         if not args.wait:
             print(run_id, file=out)
@@ -293,7 +287,7 @@ def follow(client: Any, run_id: str, out: TextIO, err: TextIO) -> int:
 
     Returns 0 when the run succeeded or paused on an interrupt, 1 when it failed.
     """
-    from bulksync.coordinator import runs
+    from bulksync.service import runs
 
     started = time.monotonic()
     width = 0

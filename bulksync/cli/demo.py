@@ -9,7 +9,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from bulksync.cli import UsageError, positive_int
+from bulksync.cli import positive_int
+from bulksync.errors import UsageError
 from bulksync.settings import Settings
 
 # Printing 10,000 jokes helps nobody; the count and the best one tell the story.

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import logging
+from collections.abc import Callable
 from typing import Any, TextIO
 
-from bulksync.cli import UsageError, positive_int
-from bulksync.errors import ServiceUnavailableError
+from bulksync.cli.setting_flags import add_setting_flags
+from bulksync.errors import ServiceUnavailableError, UsageError
+from bulksync.logs import configure as configure_logging
 from bulksync.settings import Settings, redact
 
 POOLS = ("prefork", "threads", "solo")
@@ -30,12 +33,6 @@ def add_parser(commands: Any) -> None:
         help="queues to consume, comma-separated (default: $BULKSYNC_QUEUE, i.e. bulksync)",
     )
     worker.add_argument(
-        "--concurrency",
-        type=positive_int,
-        metavar="N",
-        help="pool size (default: the number of CPUs)",
-    )
-    worker.add_argument(
         "--pool",
         choices=POOLS,
         default="prefork",
@@ -48,6 +45,7 @@ def add_parser(commands: Any) -> None:
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
         help="log level (default: %(default)s)",
     )
+    add_setting_flags(worker, "worker")  # --concurrency, --state-cache-size, …
     worker.set_defaults(run=run_worker)
 
 
@@ -104,22 +102,35 @@ def check_broker(app: Any, url: str) -> None:
 
 def run_worker(args: argparse.Namespace, settings: Settings, out: TextIO) -> int:
     """Load the graphs, register one Celery task per node, and consume until stopped."""
-    from bulksync.workers.app import make_app
-    from bulksync.workers.node_task import WorkerRuntime, install
+    from bulksync.workers.celery.app import make_app
+    from bulksync.workers.celery.node_task import WorkerRuntime, install
 
+    json_lines = settings.log_format == "json"
+    if json_lines:  # before Celery's setup, which then keeps this handler
+        configure_logging(settings.log_format, args.loglevel)
     registry = load_registry(args.graph)
     check_redis(settings.redis_url)
     app = make_app(settings)
     check_broker(app, settings.broker_url)
-    names = install(app, WorkerRuntime(registry, settings.redis_url))
+    names = install(app, WorkerRuntime(registry, settings))
     queues = args.queues or settings.queue
-    print(f"bulksync worker: graphs {', '.join(registry.ids())}", file=out)
-    print(f"bulksync worker: {len(names)} node tasks, queues {queues}", file=out, flush=True)
-    argv = ["worker", "--queues", queues, "--pool", args.pool, "--loglevel", args.loglevel]
+    say = announcer(out, json_lines)
+    say(f"bulksync worker: graphs {', '.join(registry.ids())}")
+    say(f"bulksync worker: {len(names)} node tasks, queues {queues}")
+    # --quiet: no banner, so that JSON logs are the only lines the worker writes.
+    argv = ["--quiet"] if json_lines else []
+    argv += ["worker", "--queues", queues, "--pool", args.pool, "--loglevel", args.loglevel]
     argv += ["--task-events", "--without-mingle", "--without-gossip"]
-    if args.concurrency:
-        argv += ["--concurrency", str(args.concurrency)]
+    if settings.concurrency:
+        argv += ["--concurrency", str(settings.concurrency)]
     if args.hostname:
         argv += ["--hostname", args.hostname]
     app.worker_main(argv)
     return 0
+
+
+def announcer(out: TextIO, json_lines: bool) -> Callable[[str], None]:
+    """A start-up line's printer, or its logger when every line must be a JSON object."""
+    if not json_lines:
+        return lambda text: print(text, file=out, flush=True)
+    return logging.getLogger("bulksync.cli").info

@@ -1,18 +1,18 @@
-"""Applying a superstep's writes and making the next checkpoint. Pure; no I/O.
+"""Applying a superstep's writes and making the next checkpoint. Pure; no I/O, no clock.
 
 The state after a step depends only on the state before it and the set of task results:
 tasks are applied in task-path order (``plan.task_path_str``: PULL tasks by node name, then
 PUSH tasks by Send index), never in the order they finished, and every channel the step
-changes gets the same new version.
+changes gets the same new version. What must be fresh — a version's random low bits, a
+checkpoint's id and time — is minted by the caller (``coordinator.clock``) and passed in,
+so a recorded step replays to the same bytes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from bulksync.channels.base import MISSING, BaseChannel
@@ -21,7 +21,6 @@ from bulksync.constants import CHECKPOINT_VERSION, CONTROL_CHANNELS, PUSH
 from bulksync.coordinator.plan import task_path_str
 from bulksync.coordinator.spec import Write
 from bulksync.errors import InvalidUpdateError
-from bulksync.ids import checkpoint_id
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -32,6 +31,14 @@ class TaskWrites:
     path: tuple[Any, ...]
     writes: Sequence[Write]
     triggers: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stamp:
+    """A new checkpoint's identity, minted outside the pure core: its id and creation time."""
+
+    id: str
+    ts: str
 
 
 @dataclasses.dataclass(slots=True)
@@ -55,8 +62,13 @@ def apply_writes(
     channels: Mapping[str, BaseChannel[Any, Any]],
     tasks: Iterable[TaskWrites],
     trigger_to_nodes: Mapping[str, Sequence[str]],
+    *,
+    version_bits: int,
 ) -> set[str]:
     """Apply one step's writes to ``channels`` and ``versions``; return the updated channels.
+
+    ``version_bits`` are the random low bits of the step's new version
+    (``next_channel_version``).
 
     Raises:
         InvalidUpdateError: when a channel rejects the step's writes.
@@ -70,7 +82,7 @@ def apply_writes(
         for chan in task.triggers:
             if chan in current:
                 seen[chan] = current[chan]
-    next_version = next_channel_version(max(current.values(), default=0))
+    next_version = next_channel_version(max(current.values(), default=0), version_bits)
     # Consuming a trigger bumps its version but does not count as an update.
     for chan in {c for t in ordered for c in t.triggers if c != PUSH}:
         if chan in channels and channels[chan].consume():
@@ -109,15 +121,16 @@ def apply_writes(
 VERSION_RANDOM_BITS = 20
 
 
-def next_channel_version(current: int) -> int:
+def next_channel_version(current: int, random_bits: int) -> int:
     """A version above ``current``, unique per branch of a thread.
 
-    The high bits count steps, so versions only grow; the low bits are random, so a fork
-    (replay, ``update_state`` on an old checkpoint) never reuses a version number that the
-    other branch stored with a different value. Values never depend on these numbers.
+    The high bits count steps, so versions only grow; the low bits are ``random_bits``
+    (``VERSION_RANDOM_BITS`` fresh random bits, drawn by the caller), so a fork (replay,
+    ``update_state`` on an old checkpoint) never reuses a version number that the other
+    branch stored with a different value. Values never depend on these numbers.
     """
     counter = (current >> VERSION_RANDOM_BITS) + 1
-    return (counter << VERSION_RANDOM_BITS) | secrets.randbits(VERSION_RANDOM_BITS)
+    return (counter << VERSION_RANDOM_BITS) | (random_bits & ((1 << VERSION_RANDOM_BITS) - 1))
 
 
 def _update(channel: BaseChannel[Any, Any], key: str, values: list[Any], nodes: list[str]) -> bool:
@@ -138,12 +151,14 @@ def create_checkpoint(
     previous: Checkpoint,
     channels: Mapping[str, BaseChannel[Any, Any]] | None,
     versions: Versions,
-    step: int,
     updated_channels: Iterable[str] | None,
     *,
-    id: str | None = None,
+    stamp: Stamp,
 ) -> Checkpoint:
-    """The checkpoint after ``step``: stored values of every versioned, non-empty channel."""
+    """The next checkpoint, named by ``stamp``: stored values of every versioned channel.
+
+    ``channels=None`` copies ``previous``'s values (a fork); empty channels are left out.
+    """
     if channels is None:
         values = dict(previous.channel_values)
     else:
@@ -156,8 +171,8 @@ def create_checkpoint(
                 values[key] = stored
     return Checkpoint(
         v=CHECKPOINT_VERSION,
-        id=id or checkpoint_id(step),
-        ts=datetime.now(UTC).isoformat(),
+        id=stamp.id,
+        ts=stamp.ts,
         channel_values=values,
         channel_versions=dict(versions.channel_versions),
         versions_seen={k: dict(v) for k, v in versions.versions_seen.items()},
@@ -165,12 +180,12 @@ def create_checkpoint(
     )
 
 
-def empty_checkpoint() -> Checkpoint:
-    """The checkpoint a new thread starts from (no values, no versions)."""
+def empty_checkpoint(stamp: Stamp) -> Checkpoint:
+    """The checkpoint a new thread starts from (no values, no versions), named by ``stamp``."""
     return Checkpoint(
         v=CHECKPOINT_VERSION,
-        id=checkpoint_id(0),
-        ts=datetime.now(UTC).isoformat(),
+        id=stamp.id,
+        ts=stamp.ts,
         channel_values={},
         channel_versions={},
         versions_seen={},

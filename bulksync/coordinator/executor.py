@@ -1,9 +1,12 @@
 """The seam between the superstep loop and whatever runs node tasks.
 
 The loop hands an ``Executor`` one step's tasks plus a ``StepInput`` (the step's stored
-channel values — everything a task reads — and the run's resume answers), and blocks until
-each task's ``TaskResult`` is delivered. It assumes nothing about where tasks run: the
-in-process executor uses threads, a cluster executor ships the same records to workers.
+channel values — everything a task reads — and the run's resume answers: plain data, the
+record a cluster executor ships to its workers as is) and, next to it, a ``StepLive`` (the
+stream sink and the other live objects, which stay in the process that holds them). It
+blocks until each task's ``TaskResult`` is delivered. It assumes nothing about where tasks
+run: the in-process executor uses threads, a cluster executor ships the records to workers,
+whose side rebuilds a ``StepLive`` of its own.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from bulksync.checkpoint.base import CheckpointSaver
 from bulksync.context import NullResume
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec, Write
@@ -26,7 +30,8 @@ class TaskResult:
     """What one task produced: its writes, or the error or interrupts that stopped it.
 
     ``writes`` include control writes (``__resume__`` answers consumed so far) even when the
-    task was interrupted; an errored task's ``writes`` are discarded by the loop.
+    task was interrupted; an errored task's ``writes`` are discarded by the loop. A write's
+    value may be an ``Encoded`` (a worker's bytes): the loop stores those bytes as they are.
     """
 
     task_id: str
@@ -36,13 +41,30 @@ class TaskResult:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Nesting:
+    """How a child loop nests under the task that runs it: the data part, which travels.
+
+    A subgraph run by the loop and a graph invoked inside a node (in this process or on a
+    worker) all nest from this record plus a ``StepLive``; ``checkpoint_map`` names the
+    checkpoint of every enclosing namespace.
+    """
+
+    recursion_limit: int
+    durability: str
+    modes: tuple[str, ...]
+    resuming: bool
+    checkpoint_map: Mapping[str, str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class StepInput:
-    """What every task of a step shares besides the graph.
+    """What every task of a step shares besides the graph: plain data, safe to ship.
 
     ``channel_values`` is the step's state as stored (a claim check: one copy per step, not
-    per task). ``resume`` maps a task id to the interrupt answers it already consumed.
-    ``nested`` carries what a subgraph invoked inside a node needs to nest under its task
-    (only in-process executors can pass it; cluster workers rebuild it).
+    per task); a value may be an ``Encoded`` whose bytes are already known, so shipping it
+    costs no encoding. ``resume`` maps a task id to the interrupt answers it already
+    consumed; ``null_resume`` is the run-wide answer not yet consumed (``None``: none).
+    ``nesting`` says how a graph invoked inside a node nests under its task.
     """
 
     channel_values: Mapping[str, Any]
@@ -50,10 +72,25 @@ class StepInput:
     stop: int
     resume: Mapping[str, list[Any]]
     resume_map: Mapping[str, Any] | None
-    null_resume: NullResume
-    sink: StreamSink
+    null_resume: Any
     namespace: tuple[str, ...]
-    nested: Any = None
+    nesting: Nesting | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepLive:
+    """What a step's tasks use that cannot travel, passed next to its ``StepInput``.
+
+    ``sink`` receives the tasks' stream events; ``null_resume`` hands the run-wide resume
+    answer to exactly one interrupt; a graph invoked inside a node nests on ``executor``
+    and checkpoints through ``saver`` (``None`` on a worker: checkpoints stay with the
+    coordinator).
+    """
+
+    sink: StreamSink
+    null_resume: NullResume
+    executor: Executor
+    saver: CheckpointSaver | None = None
 
 
 class StepHandle(Protocol):
@@ -75,6 +112,7 @@ class Executor(Protocol):
         self,
         spec: GraphSpec,
         step: StepInput,
+        live: StepLive,
         tasks: Sequence[Task],
         deliver: Callable[[TaskResult], None],
     ) -> StepHandle:

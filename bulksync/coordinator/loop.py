@@ -6,72 +6,61 @@ runs as a nested loop whose tasks go through the same executor); record each res
 pending writes the moment it arrives; then apply all writes in task-path order (``apply``)
 and commit the checkpoint before the next step is planned. A crash anywhere re-plans the
 same task ids from the last checkpoint and runs only the unfinished tasks again.
+
+The loop keeps the run's live state (channels, versions, the step's tasks); what is stored
+lives in its ``Ledger`` (``ledger.py``) and what is streamed in its ``StreamBuffer``
+(``stream_buffer.py``). Subgraphs run as child loops (``run_child``), from a subgraph node
+or from a graph invoked inside a node.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import queue
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bulksync.channels.base import MISSING, BaseChannel
-from bulksync.checkpoint.base import (
-    Checkpoint,
-    CheckpointSaver,
-    PendingWrite,
-    config_thread,
-)
-from bulksync.checkpoint.serde import dumps_for
+from bulksync.checkpoint.base import Checkpoint, CheckpointSaver, PendingWrite
 from bulksync.constants import (
     CHECKPOINT_ID,
-    CHECKPOINT_NS,
     ERROR,
     INTERRUPT,
     NO_WRITES,
     NS_END,
+    NS_SEP,
     NULL_TASK_ID,
     RESUME,
-    THREAD_ID,
 )
-from bulksync.context import NullResume
-from bulksync.coordinator import stream
-from bulksync.coordinator.apply import (
-    TaskWrites,
-    Versions,
-    apply_writes,
-    create_checkpoint,
-    empty_checkpoint,
-    new_versions,
-)
+from bulksync.context import NullResume, TaskContext
+from bulksync.coordinator import clock, stream
+from bulksync.coordinator.apply import TaskWrites, Versions, apply_writes
 from bulksync.coordinator.commands import command_writes, is_resume_map
-from bulksync.coordinator.executor import Executor, StepInput, StreamSink, TaskResult
-from bulksync.coordinator.nested import NestedInfo, start_subgraph_task
-from bulksync.coordinator.options import RunOptions, checkpoint_metadata
+from bulksync.coordinator.executor import (
+    Executor,
+    Nesting,
+    StepInput,
+    StepLive,
+    StreamSink,
+    TaskResult,
+)
+from bulksync.coordinator.ledger import Ledger, load_head
+from bulksync.coordinator.nested import child_options, child_saver
+from bulksync.coordinator.options import RunOptions
 from bulksync.coordinator.plan import Task, prepare_next_tasks, should_interrupt
-from bulksync.coordinator.spec import GraphSpec, Write
+from bulksync.coordinator.reader import StateReader, apply_parent_command
+from bulksync.coordinator.spec import CompiledGraph, GraphSpec, Write
 from bulksync.coordinator.status import pending_interrupt_ids, read_task_statuses
+from bulksync.coordinator.stream_buffer import StreamBuffer
 from bulksync.errors import (
     EmptyInputError,
     GraphInterrupt,
     GraphRecursionError,
     ParentCommand,
-    SerializationError,
     TaskCancelledError,
 )
 from bulksync.types import Command, Interrupt
-
-_SPECIAL = (ERROR, INTERRUPT, RESUME)
-"""Pending-write channels whose rows replace a task's earlier rows rather than add to them."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Nesting:
-    """How a nested loop sits under the task that runs it."""
-
-    resuming: bool
-    null_resume: NullResume
-    checkpoint_map: Mapping[str, str]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,6 +86,8 @@ class SuperstepLoop:
         sink: StreamSink,
         checkpoint_ns: str = "",
         nesting: Nesting | None = None,
+        null_resume: NullResume | None = None,
+        namespace: tuple[str, ...] | None = None,
     ) -> None:
         self.spec = spec
         self.input = input
@@ -105,77 +96,53 @@ class SuperstepLoop:
         self.options = options
         self.sink = sink
         self.checkpoint_ns = checkpoint_ns
-        self.namespace: tuple[str, ...] = tuple(checkpoint_ns.split("|")) if checkpoint_ns else ()
         self.nesting = nesting
-        self.status = "input"
-        self.interrupts: list[Interrupt] = []
-        self.resume_map: Mapping[str, Any] | None = None
-        self.null_resume = NullResume(None, nesting.null_resume if nesting else None)
-        # Chunks wait here until a point where LangGraph's stream would hand them out, so
-        # a step that fails drops the same chunks it does.
-        self._buffer: list[tuple[str, Any]] = []
-        self._load()
-
-    @property
-    def pending_writes(self) -> list[PendingWrite]:
-        """Writes recorded against the current checkpoint, as ``(task id, channel, value)``."""
-        return self._pending_writes
-
-    @pending_writes.setter
-    def pending_writes(self, writes: list[PendingWrite]) -> None:
-        self._pending_writes = writes
-        self._special_tasks = {w[0] for w in writes if w[1] in _SPECIAL}
-
-    # -- loading and the first step ---------------------------------------------------
-
-    def _load(self) -> None:
-        conf = dict(self.options.config.get("configurable") or {})
-        self.thread_id = conf.get(THREAD_ID)
-        self.addressed = bool(conf.get(CHECKPOINT_ID)) and self.nesting is None
-        # An addressed checkpoint the thread has moved past: its finished tasks run again.
-        self.superseded = False
-        saved = None
-        if self.saver is not None:
-            config_thread(self.options.config)  # a saver needs a thread id
-            lookup = {**conf, CHECKPOINT_NS: self.checkpoint_ns}
-            if self.nesting is not None:
-                lookup.pop(CHECKPOINT_ID, None)
-            saved = self.saver.get_tuple({"configurable": lookup})
-            if self.addressed and saved is not None:
-                head_conf = {k: v for k, v in lookup.items() if k != CHECKPOINT_ID}
-                head = self.saver.get_tuple({"configurable": head_conf})
-                self.superseded = head is not None and head.checkpoint.id != saved.checkpoint.id
-        self.checkpoint_config: dict[str, Any] = {
-            "configurable": {THREAD_ID: self.thread_id, CHECKPOINT_NS: self.checkpoint_ns}
-        }
-        if saved is not None:
-            self.checkpoint: Checkpoint = saved.checkpoint
-            self.metadata: dict[str, Any] = dict(saved.metadata)
-            self.pending_writes = list(saved.pending_writes)
-            self.checkpoint_config = saved.config
-            self.parent_config: dict[str, Any] | None = saved.parent_config
-        else:
-            self.checkpoint = empty_checkpoint()
-            self.metadata = {"step": -2}
-            self.pending_writes = []
-            self.parent_config = None
-        self.saved_versions = dict(self.checkpoint.channel_versions)
-        self.versions = Versions.of(self.checkpoint)
-        self.channels: dict[str, BaseChannel[Any, Any]] = {
-            k: tmpl.from_checkpoint(self.checkpoint.channel_values.get(k, MISSING))
-            for k, tmpl in self.spec.channels.items()
-        }
-        self.step = int(self.metadata.get("step", -2)) + 1
-        self.stop = self.step + self.options.recursion_limit + 1
-        self.updated_channels: set[str] | None = (
-            set(self.checkpoint.updated_channels)
-            if self.checkpoint.updated_channels is not None
-            else None
+        if namespace is None:
+            namespace = tuple(checkpoint_ns.split(NS_SEP)) if checkpoint_ns else ()
+        self.stream = StreamBuffer(sink, namespace, spec, options)
+        saved, self.superseded = load_head(
+            saver, options.config, checkpoint_ns, nested=nesting is not None
         )
+        conf = options.config.get("configurable") or {}
+        # An addressed checkpoint (replay or fork) the thread has moved past: its finished
+        # tasks run again.
+        self.addressed = bool(conf.get(CHECKPOINT_ID)) and nesting is None
+        self.ledger = Ledger(
+            saver,
+            options,
+            saved,
+            checkpoint_ns=checkpoint_ns,
+            parents=nesting.checkpoint_map if nesting else {},
+        )
+        checkpoint = self.ledger.checkpoint
+        self.versions = Versions.of(checkpoint)
+        self.channels: dict[str, BaseChannel[Any, Any]] = {
+            k: tmpl.from_checkpoint(checkpoint.channel_values.get(k, MISSING))
+            for k, tmpl in spec.channels.items()
+        }
+        self.step = int(self.ledger.metadata.get("step", -2)) + 1
+        self.stop = self.step + options.recursion_limit + 1
+        self.updated_channels: set[str] | None = (
+            set(checkpoint.updated_channels) if checkpoint.updated_channels is not None else None
+        )
+        self.status = "input"
+        self.is_resuming = False
+        self.is_replaying = False
+        self.resume_map: Mapping[str, Any] | None = None
+        # A nested loop's run-wide resume answer falls back to its parent task's.
+        self.null_resume = NullResume(None, null_resume)
         self.tasks: dict[str, Task] = {}
         self.task_writes: dict[str, list[Write]] = {}
+        self.interrupts: list[Interrupt] = []
 
-    def _first(self) -> None:
+    @property
+    def checkpoint(self) -> Checkpoint:
+        """The checkpoint the loop stands on."""
+        return self.ledger.checkpoint
+
+    # -- the first step: input, resume, replay, fork ----------------------------------
+
+    def _start(self) -> None:
         is_command = isinstance(self.input, Command)
         has_state = bool(self.versions.channel_versions)
         if self.nesting is not None:
@@ -185,12 +152,13 @@ class SuperstepLoop:
         resuming_cmd = is_command and self.input.resume is not None
         time_travel = self.addressed and not resuming_cmd
         self.is_replaying = time_travel or self.superseded
+        pending = self.ledger.pending
         if time_travel:
-            self.pending_writes = [w for w in self.pending_writes if w[1] != RESUME]
+            pending.drop(RESUME)
         forks = (
             self.is_resuming
             and time_travel
-            and (self.metadata.get("source") not in ("update", "fork") or self.superseded)
+            and (self.ledger.metadata.get("source") not in ("update", "fork") or self.superseded)
         )
         carried: list[PendingWrite] = []
         if is_command:
@@ -198,8 +166,8 @@ class SuperstepLoop:
             if forks:
                 carried = [(NULL_TASK_ID, c, v) for c, v in writes]
             elif writes:
-                self._put_writes(NULL_TASK_ID, "", writes)
-        null_writes = [(c, v) for t, c, v in (*self.pending_writes, *carried) if t == NULL_TASK_ID]
+                self.ledger.record(NULL_TASK_ID, "", writes, "input")
+        null_writes = [(c, v) for t, c, v in (*pending, *carried) if t == NULL_TASK_ID]
         for chan, value in null_writes:
             if chan == RESUME and value is not None:
                 self.null_resume = NullResume(value, self.null_resume)
@@ -209,15 +177,16 @@ class SuperstepLoop:
                 self.channels,
                 [TaskWrites("__input__", (), null_writes)],
                 self.spec.trigger_to_nodes,
+                version_bits=clock.version_bits(),
             )
             if self.updated_channels is not None:
                 self.updated_channels |= changed
         if self.is_resuming:
             self.versions.versions_seen[INTERRUPT] = dict(self.versions.channel_versions)
             if forks:
-                self.pending_writes = [w for w in self.pending_writes if w[1] != INTERRUPT]
-                self._put_checkpoint("fork")
-            self._emit_values()
+                pending.drop(INTERRUPT)
+                self._commit("fork")
+            self.stream.values(self.channels)
         elif self.input is not None and not is_command:
             self._apply_input(self.input)
         elif not (self.nesting is not None and self.nesting.resuming):
@@ -235,7 +204,7 @@ class SuperstepLoop:
                 )
             if is_resume_map(cmd.resume):
                 self.resume_map = dict(cmd.resume)
-            elif len(pending_interrupt_ids(self.pending_writes)) > 1:
+            elif len(pending_interrupt_ids(self.ledger.pending.rows)) > 1:
                 raise RuntimeError(
                     "When there are multiple pending interrupts, you must specify the "
                     "interrupt id when resuming: Command(resume={interrupt.id: value, ...})."
@@ -244,6 +213,22 @@ class SuperstepLoop:
         if not writes and self.resume_map is None:
             raise EmptyInputError("Received empty Command input: set update, goto or resume.")
         return writes
+
+    def _apply_input(self, value: Any) -> None:
+        discard = self._plan()
+        self.updated_channels = apply_writes(
+            self.versions,
+            self.channels,
+            [
+                *(TaskWrites(t.name, t.path, (), t.triggers) for t in discard.values()),
+                TaskWrites("__input__", (), [(self.spec.input_channels, value)]),
+            ],
+            self.spec.trigger_to_nodes,
+            version_bits=clock.version_bits(),
+        )
+        self._commit("input")
+
+    # -- planning and committing ------------------------------------------------------
 
     def _current(self) -> Checkpoint:
         """The checkpoint with the versions as they are now (input writes applied)."""
@@ -264,85 +249,10 @@ class SuperstepLoop:
             self.updated_channels,
         )
 
-    def _apply_input(self, value: Any) -> None:
-        discard = self._plan()
-        self.updated_channels = apply_writes(
-            self.versions,
-            self.channels,
-            [
-                *(TaskWrites(t.name, t.path, (), t.triggers) for t in discard.values()),
-                TaskWrites("__input__", (), [(self.spec.input_channels, value)]),
-            ],
-            self.spec.trigger_to_nodes,
-        )
-        self._put_checkpoint("input")
-
-    # -- persistence ----------------------------------------------------------------
-
-    def _put_checkpoint(self, source: str) -> None:
-        exiting = source == "exit"
-        if not exiting:
-            self.metadata = checkpoint_metadata(
-                self.options.config,
-                source,
-                self.step,
-                dict(self.nesting.checkpoint_map) if self.nesting else {},
-            )
-        durable = self.saver is not None and (exiting or self.options.durability != "exit")
-        self.checkpoint = create_checkpoint(
-            self.checkpoint,
-            self.channels,
-            self.versions,
-            self.step,
-            self.updated_channels,
-            id=self.checkpoint.id if exiting else None,
-        )
-        if durable and self.saver is not None:
-            changed = new_versions(self.saved_versions, self.checkpoint.channel_versions)
-            self.saved_versions = dict(self.checkpoint.channel_versions)
-            self.parent_config = (
-                self.checkpoint_config
-                if self.checkpoint_config["configurable"].get(CHECKPOINT_ID)
-                else None
-            )
-            self.checkpoint_config = self.saver.put(
-                self.checkpoint_config, self.checkpoint, self.metadata, changed
-            )
-        elif not exiting:
-            self.parent_config = self.checkpoint_config
-            self.checkpoint_config = {
-                "configurable": {
-                    **self.checkpoint_config["configurable"],
-                    CHECKPOINT_ID: self.checkpoint.id,
-                }
-            }
-        if not exiting:
-            self.step += 1
-
-    def _put_writes(self, task_id: str, task_path: str, writes: Sequence[Write]) -> None:
-        # A task's error/interrupt/resume rows are replaced, not added to. Only a task known
-        # to have such rows is filtered, so recording a step stays linear in its fan-out.
-        if task_id in self._special_tasks:
-            self.pending_writes = [
-                w for w in self.pending_writes if not (w[0] == task_id and w[1] in _SPECIAL)
-            ]
-        if any(c in _SPECIAL for c, _ in writes):
-            self._special_tasks.add(task_id)
-        self.pending_writes.extend((task_id, c, v) for c, v in writes)
-        if self.saver is None or self.options.durability == "exit":
-            return
-        if not self.checkpoint_config["configurable"].get(CHECKPOINT_ID):
-            # A Command input on a thread with no checkpoint yet: nothing to record the
-            # writes against, so they stay in memory, as without a saver.
-            return
-        try:
-            self.saver.put_writes(self.checkpoint_config, writes, task_id, task_path)
-        except SerializationError as exc:
-            task = self.tasks.get(task_id)
-            node = task.name if task else "input"
-            for chan, value in writes:  # raises naming the first channel that cannot be stored
-                dumps_for(self.saver.serde, value, node=node, channel=chan)
-            raise SerializationError(f"node '{node}': {exc}") from exc
+    def _commit(self, source: str) -> None:
+        """Commit the step's checkpoint and move on to the next step."""
+        self.ledger.commit(source, self.channels, self.versions, self.step, self.updated_channels)
+        self.step += 1
 
     # -- one step ---------------------------------------------------------------------
 
@@ -353,12 +263,21 @@ class SuperstepLoop:
             return False
         self.tasks = self._plan()
         self.task_writes = {}
-        self._emit_checkpoint()
+        ledger = self.ledger
+        self.stream.checkpoint(
+            ledger.config,
+            ledger.parent_config,
+            self.channels,
+            ledger.metadata,
+            list(self.tasks.values()),
+            ledger.pending.rows,
+            step=self.step - 1,
+        )
         if not self.tasks:
             self.status = "done"
             return False
-        if not self.is_replaying and self.pending_writes:
-            statuses = read_task_statuses(w for w in self.pending_writes if w[0] in self.tasks)
+        if not self.is_replaying and ledger.pending:
+            statuses = read_task_statuses(w for w in ledger.pending if w[0] in self.tasks)
             for tid, status in statuses.items():
                 if status.finished:
                     self.task_writes[tid] = list(status.output)
@@ -367,25 +286,27 @@ class SuperstepLoop:
             self.status = "interrupt_before"
             raise GraphInterrupt()
         for task in self.tasks.values():
-            if not stream.is_hidden(task):
-                self._emit("tasks", stream.task_start(task, self.options.user_metadata))
+            self.stream.task_start(task)
         for tid, writes in self.task_writes.items():
-            self._emit_update(self.tasks[tid], writes, cached=True)
+            self.stream.update(self.tasks[tid], writes, cached=True)
         return True
 
     def run_tasks(self) -> None:
         """Run the step's unfinished tasks, recording each result as it arrives."""
-        self._flush()
+        self.stream.flush()
         todo = [t for t in self.tasks.values() if t.id not in self.task_writes]
         if not todo:
             return
         results: queue.Queue[TaskResult] = queue.Queue()
         plain = [t for t in todo if self.spec.nodes[t.name].subgraph is None]
         step_input = self._step_input()
-        handle = self.executor.submit(self.spec, step_input, plain, results.put) if plain else None
+        live = StepLive(self.sink, self.null_resume, self.executor, self.saver)
+        handle = (
+            self.executor.submit(self.spec, step_input, live, plain, results.put) if plain else None
+        )
         for task in todo:
             if self.spec.nodes[task.name].subgraph is not None:
-                start_subgraph_task(self, task, step_input, results.put)
+                self._start_subgraph_task(task, step_input, live, results.put)
         failure: BaseException | None = None
         for _ in todo:
             result = results.get()
@@ -393,13 +314,13 @@ class SuperstepLoop:
                 continue  # stopped because of the failure: it never ran, nothing to record
             error = self._record(self.tasks[result.task_id], result)
             if error is None and failure is None and len(todo) > 1:
-                self._flush()
+                self.stream.flush()
             if error is not None and failure is None:
                 failure = error
                 if handle is not None:
                     handle.cancel()
         if failure is not None:
-            self._flush()  # the failed task's result is streamed before the error
+            self.stream.flush()  # the failed task's result is streamed before the error
             raise failure
         if self.interrupts:
             raise GraphInterrupt(tuple(self.interrupts))
@@ -407,20 +328,32 @@ class SuperstepLoop:
     def _step_input(self) -> StepInput:
         resume = {
             tid: list(s.resume)
-            for tid, s in read_task_statuses(self.pending_writes).items()
+            for tid, s in read_task_statuses(self.ledger.pending).items()
             if s.resume
         }
+        versions = self.versions.channel_versions
         values = {k: c.checkpoint() for k, c in self.channels.items()}
+        parents = dict(self.nesting.checkpoint_map) if self.nesting else {}
+        parents[self.checkpoint_ns] = self.checkpoint.id
         return StepInput(
-            channel_values={k: v for k, v in values.items() if v is not MISSING},
+            channel_values={
+                k: self.ledger.with_bytes(k, v, versions.get(k))
+                for k, v in values.items()
+                if v is not MISSING
+            },
             config=self.options.config,
             stop=self.stop,
             resume=resume,
             resume_map=self.resume_map,
-            null_resume=self.null_resume,
-            sink=self.sink,
-            namespace=self.namespace,
-            nested=NestedInfo.of(self),
+            null_resume=self.null_resume.peek(),
+            namespace=self.stream.namespace,
+            nesting=Nesting(
+                recursion_limit=self.options.recursion_limit,
+                durability=self.options.durability,
+                modes=tuple(sorted(self.options.modes)),
+                resuming=self.is_resuming,
+                checkpoint_map=parents,
+            ),
         )
 
     def _record(self, task: Task, result: TaskResult) -> BaseException | None:
@@ -429,26 +362,52 @@ class SuperstepLoop:
         if result.error is not None:
             if isinstance(result.error, ParentCommand):
                 return result.error
-            self._put_writes(task.id, path, [(ERROR, result.error)])
-            self._emit_result(task, [(ERROR, result.error)])
+            self.ledger.record(task.id, path, [(ERROR, result.error)], task.name)
+            self.stream.result(task, [(ERROR, result.error)])
             return result.error
         if result.interrupts:
             writes: list[Write] = [(INTERRUPT, list(result.interrupts)), *result.writes]
-            self._put_writes(task.id, path, writes)
+            plain = self.ledger.record(task.id, path, writes, task.name)
             self.interrupts.extend(result.interrupts)
-            self._emit_interrupts(result.interrupts)
-            self._emit_result(task, writes)
+            self.stream.interrupts(self.channels, result.interrupts)
+            self.stream.result(task, plain)
             return None
         writes = list(result.writes) or [(NO_WRITES, None)]
-        self._put_writes(task.id, path, writes)
-        self.task_writes[task.id] = [w for w in writes if w[0] not in (RESUME,)]
-        self._emit_update(task, self.task_writes[task.id], cached=False)
-        self._emit_result(task, writes)
+        plain = self.ledger.record(task.id, path, writes, task.name)
+        self.task_writes[task.id] = [w for w in plain if w[0] not in (RESUME,)]
+        self.stream.update(task, self.task_writes[task.id], cached=False)
+        self.stream.result(task, plain)
         return None
 
-    def _emit_result(self, task: Task, writes: Sequence[Write]) -> None:
-        if not stream.is_hidden(task):
-            self._emit("tasks", stream.task_result(task, writes, self._keys))
+    def _start_subgraph_task(
+        self,
+        task: Task,
+        step: StepInput,
+        live: StepLive,
+        deliver: Callable[[TaskResult], None],
+    ) -> None:
+        """Run a subgraph node's task as a child loop on its own thread; deliver its result."""
+        node = self.spec.nodes[task.name]
+        subgraph = node.subgraph
+        assert subgraph is not None, f"node '{node.name}' is not a subgraph node"
+        reader = StateReader(self.spec, step)
+
+        def body() -> None:
+            try:
+                outcome = run_child(subgraph, task.input, step, live, task.checkpoint_ns)
+                deliver(TaskResult(task.id, tuple(node.writer(outcome.output, reader))))
+            except GraphInterrupt as exc:
+                deliver(TaskResult(task.id, (), interrupts=exc.interrupts))
+            except ParentCommand as exc:
+                try:
+                    writes = apply_parent_command(node, task, exc, reader)
+                    deliver(TaskResult(task.id, tuple(writes)))
+                except BaseException as err:
+                    deliver(TaskResult(task.id, (), error=err))
+            except BaseException as exc:
+                deliver(TaskResult(task.id, (), error=exc))
+
+        threading.Thread(target=body, name=f"bulksync-sub-{task.name}", daemon=True).start()
 
     def after_tick(self) -> None:
         """Apply the step's writes in task-path order and commit the checkpoint."""
@@ -457,16 +416,21 @@ class SuperstepLoop:
             for t in self.tasks.values()
         ]
         self.updated_channels = apply_writes(
-            self.versions, self.channels, done, self.spec.trigger_to_nodes
+            self.versions,
+            self.channels,
+            done,
+            self.spec.trigger_to_nodes,
+            version_bits=clock.version_bits(),
         )
         all_writes = [w for t in done for w in t.writes]
-        if stream.wrote_any(all_writes, self._keys) or self.updated_channels & set(
-            [self._keys] if isinstance(self._keys, str) else self._keys
+        keys = self.stream.keys
+        if stream.wrote_any(all_writes, keys) or self.updated_channels & set(
+            [keys] if isinstance(keys, str) else keys
         ):
-            self._emit_values()
-        self.pending_writes = []
+            self.stream.values(self.channels)
+        self.ledger.pending.clear()
         self.is_replaying = False
-        self._put_checkpoint("loop")
+        self._commit("loop")
         after = self.options.interrupt_after
         if after and should_interrupt(self.checkpoint, after, self.tasks.values()):
             self.status = "interrupt_after"
@@ -482,30 +446,30 @@ class SuperstepLoop:
             GraphInterrupt: a nested loop paused (its parent task records the interrupts).
         """
         try:
-            self._first()
+            self._start()
             while self.tick():
                 self.run_tasks()
                 self.after_tick()
         except GraphInterrupt as exc:
             self._exit(failed=True)
             if self.nesting is not None:
-                self._flush()
+                self.stream.flush()
                 raise
             outcome = self._interrupted(exc)
-            self._flush()
+            self.stream.flush()
             return outcome
         except BaseException:
             self._exit(failed=True)
             raise
         self._exit(failed=False)
-        self._flush()
+        self.stream.flush()
         if self.status == "out_of_steps":
             raise GraphRecursionError(
                 f"Recursion limit of {self.options.recursion_limit} reached without hitting a "
                 "stop condition. Raise the limit with config={'recursion_limit': N}, or check "
                 "that the graph has an edge to END."
             )
-        return Outcome(stream.read_channels(self.channels, self._keys), (), self.status)
+        return Outcome(stream.read_channels(self.channels, self.stream.keys), (), self.status)
 
     def _exit(self, *, failed: bool) -> None:
         """Under ``durability="exit"``, store the final checkpoint and writes now."""
@@ -513,18 +477,15 @@ class SuperstepLoop:
             return
         if self.nesting is not None and not failed and NS_END in self.checkpoint_ns:
             return
-        self._put_checkpoint("exit")
-        by_task: dict[str, list[Write]] = {}
-        for tid, chan, value in self.pending_writes:
-            by_task.setdefault(tid, []).append((chan, value))
-        for tid, writes in by_task.items():
-            task = self.tasks.get(tid)
-            path = stream.task_path_key(task) if task else ""
-            self.saver.put_writes(self.checkpoint_config, writes, tid, path)
+        self.ledger.commit("exit", self.channels, self.versions, self.step, self.updated_channels)
+        self.ledger.store_at_exit(
+            {tid: stream.task_path_key(task) for tid, task in self.tasks.items()}
+        )
 
     def _interrupted(self, exc: GraphInterrupt) -> Outcome:
+        keys = self.stream.keys
         # Tasks that finished before the pause: show the state with their writes applied.
-        if self.pending_writes and self.task_writes:
+        if self.ledger.pending and self.task_writes:
             done = [
                 TaskWrites(t.name, t.path, self.task_writes[t.id], t.triggers)
                 for t in self.tasks.values()
@@ -532,63 +493,53 @@ class SuperstepLoop:
             ]
             scratch = {k: c.copy() for k, c in self.channels.items()}
             changed = apply_writes(
-                Versions.of(self.checkpoint), scratch, done, self.spec.trigger_to_nodes
+                Versions.of(self.checkpoint),
+                scratch,
+                done,
+                self.spec.trigger_to_nodes,
+                version_bits=clock.version_bits(),
             )
-            keys = {self._keys} if isinstance(self._keys, str) else set(self._keys)
-            if changed & keys:
-                self._emit("values", stream.read_channels(scratch, self._keys))
+            if changed & ({keys} if isinstance(keys, str) else set(keys)):
+                self.stream.emit("values", stream.read_channels(scratch, keys))
         if not exc.interrupts:
-            self._emit("updates", {INTERRUPT: ()})
+            self.stream.emit("updates", {INTERRUPT: ()})
         self.status = self.status if self.status.startswith("interrupt") else "interrupted"
         return Outcome(
-            stream.read_channels(self.channels, self._keys), tuple(self.interrupts), self.status
+            stream.read_channels(self.channels, keys), tuple(self.interrupts), self.status
         )
 
-    # -- streaming --------------------------------------------------------------------
 
-    @property
-    def _keys(self) -> Sequence[str] | str:
-        return self.options.output_keys or self.spec.stream_channels
+def run_child(
+    compiled: CompiledGraph, value: Any, step: StepInput, live: StepLive, ns: str
+) -> Outcome:
+    """Run ``compiled`` on ``value`` as a child loop under namespace ``ns``.
 
-    def _emit(self, mode: str, chunk: Any) -> None:
-        if mode in self.options.modes:
-            self._buffer.append((mode, chunk))
-        if "debug" in self.options.modes and mode in ("tasks", "checkpoints"):
-            step = self.step - 1 if mode == "checkpoints" else self.step
-            self._buffer.append(("debug", stream.debug_event(mode, step, chunk)))
+    ``step`` is the parent task's step (its ``nesting`` says how to nest, its config is the
+    run's); ``live`` gives the saver, executor, sink and resume answer the child shares.
+    """
+    options, stored_ns = child_options(compiled, step, ns)
+    loop = SuperstepLoop(
+        compiled.spec,
+        value,
+        saver=child_saver(compiled, live.saver),
+        executor=live.executor,
+        options=options,
+        sink=live.sink,
+        checkpoint_ns=stored_ns,
+        nesting=step.nesting,
+        null_resume=live.null_resume,
+        namespace=tuple(ns.split(NS_SEP)),
+    )
+    return loop.run()
 
-    def _flush(self) -> None:
-        buffered, self._buffer = self._buffer, []
-        for mode, chunk in buffered:
-            self.sink(self.namespace, mode, chunk)
 
-    def _emit_values(self) -> None:
-        self._emit("values", stream.read_channels(self.channels, self._keys))
+def invoke_nested(compiled: CompiledGraph, value: Any, ctx: TaskContext) -> Outcome:
+    """Run ``compiled`` inside the running task ``ctx`` (a graph invoked from a node).
 
-    def _emit_update(self, task: Task, writes: Sequence[Write], *, cached: bool) -> None:
-        if not stream.is_hidden(task):
-            self._emit("updates", stream.update_chunk(task, writes, self._keys, cached=cached))
-
-    def _emit_interrupts(self, interrupts: Sequence[Interrupt]) -> None:
-        self._emit("updates", {INTERRUPT: tuple(interrupts)})
-        if "values" in self.options.modes:
-            values = stream.read_channels(self.channels, self._keys)
-            if isinstance(values, dict):
-                values[INTERRUPT] = tuple(interrupts)
-                self._emit("values", values)
-            else:
-                self._emit("values", {INTERRUPT: tuple(interrupts)})
-
-    def _emit_checkpoint(self) -> None:
-        if "checkpoints" not in self.options.modes and "debug" not in self.options.modes:
-            return
-        payload = stream.checkpoint_payload(
-            self.checkpoint_config,
-            self.parent_config,
-            stream.read_channels(self.channels, self.spec.stream_channels),
-            self.metadata,
-            list(self.tasks.values()),
-            self.pending_writes,
-            self._keys,
-        )
-        self._emit("checkpoints", payload)
+    The n-th call within one task gets namespace ``<task ns>|n`` (the first, none).
+    """
+    step, live, task = ctx.parent
+    count = next(ctx.scratchpad.subgraph_counter)
+    ns = task.checkpoint_ns if count == 0 else f"{task.checkpoint_ns}{NS_SEP}{count}"
+    live = dataclasses.replace(live, null_resume=ctx.scratchpad.null_resume)
+    return run_child(compiled, value, step, live, ns)

@@ -64,5 +64,6 @@ def validate_recursion_limit(limit: Any) -> int:
         ValueError: a limit below 1 (or not an int).
     """
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        # LangGraph raises a bare ValueError here; conformance compares the class name.
         raise ValueError(f"Recursion limit must be an integer >= 1, got {limit!r}.")
     return limit

@@ -8,11 +8,15 @@ runs: a worker that loaded the same graph module rebuilds the same spec.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from bulksync.channels.base import BaseChannel
-from bulksync.types import RetryPolicy
+from bulksync.checkpoint.base import CheckpointSaver
+from bulksync.types import RetryPolicy, StateSnapshot
+
+if TYPE_CHECKING:
+    from bulksync.coordinator.executor import Executor
 
 Write = tuple[str, Any]
 """``(channel, value)`` produced by a task."""
@@ -56,7 +60,7 @@ class NodeSpec:
     run: Callable[[Any], Any] | None
     writer: NodeWriter
     mapper: Callable[[Any], Any] | None = None
-    subgraph: Any = None
+    subgraph: CompiledGraph | None = None
     retry_policy: tuple[RetryPolicy, ...] = ()
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     tags: tuple[str, ...] = ()
@@ -85,3 +89,65 @@ class GraphSpec:
     interrupt_after: tuple[str, ...] | str = ()
     # The keys of the state schema, read by ``get_state`` to build ``values``.
     state_keys: tuple[str, ...] = ()
+
+
+class CompiledGraph(Protocol):
+    """What the engine needs of a compiled graph: its spec, its saver choice, its breakpoints.
+
+    ``checkpointer`` is a saver, or for a subgraph ``True`` (keep its own history under a
+    stable namespace), ``False`` (no checkpoints) or ``None`` (the parent's).
+    """
+
+    @property
+    def spec(self) -> GraphSpec:
+        """The graph as the engine sees it."""
+
+    @property
+    def checkpointer(self) -> CheckpointSaver | bool | None:
+        """The saver given at compile time, or the subgraph flag."""
+
+    @property
+    def interrupt_before(self) -> Sequence[str] | str:
+        """Nodes to pause before (``"*"``: every node)."""
+
+    @property
+    def interrupt_after(self) -> Sequence[str] | str:
+        """Nodes to pause after (``"*"``: every node)."""
+
+
+class RunnableGraph(CompiledGraph, Protocol):
+    """A compiled graph as the services drive it: rebound to a saver or executor, then run."""
+
+    def with_executor(self, executor: Executor) -> RunnableGraph:
+        """The same graph, its tasks run by ``executor``."""
+
+    def with_checkpointer(self, checkpointer: CheckpointSaver | None) -> RunnableGraph:
+        """The same graph, checkpointing to ``checkpointer``."""
+
+    def stream(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None = None,
+        *,
+        stream_mode: str | Sequence[str] | None = None,
+        subgraphs: bool = False,
+    ) -> Iterator[Any]:
+        """Run and yield stream chunks as LangGraph frames them."""
+
+    def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> StateSnapshot:
+        """The thread's state at ``config``."""
+
+    def get_state_history(
+        self,
+        config: Mapping[str, Any],
+        *,
+        filter: Mapping[str, Any] | None = None,
+        before: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+    ) -> Iterator[StateSnapshot]:
+        """The thread's checkpoints, newest first."""
+
+    def update_state(
+        self, config: Mapping[str, Any], values: Any, as_node: str | None = None
+    ) -> dict[str, Any]:
+        """Apply ``values`` as ``as_node``; the new checkpoint's config."""

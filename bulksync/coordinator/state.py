@@ -14,10 +14,8 @@ from typing import Any
 
 from bulksync.channels.base import MISSING, BaseChannel
 from bulksync.checkpoint.base import CheckpointSaver, CheckpointTuple
-from bulksync.checkpoint.serde import StoredError
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, END, INTERRUPT, NULL_TASK_ID, RETURN
-from bulksync.context import NullResume
-from bulksync.coordinator import stream
+from bulksync.coordinator import clock, stream
 from bulksync.coordinator.apply import (
     TaskWrites,
     Versions,
@@ -29,11 +27,11 @@ from bulksync.coordinator.apply import (
 from bulksync.coordinator.executor import StepInput
 from bulksync.coordinator.options import checkpoint_metadata
 from bulksync.coordinator.plan import Task, prepare_next_tasks
+from bulksync.coordinator.reader import StateReader
 from bulksync.coordinator.spec import GraphSpec, Write
 from bulksync.coordinator.status import TaskStatus, read_task_statuses
-from bulksync.errors import InvalidUpdateError
+from bulksync.errors import InvalidUpdateError, StoredError
 from bulksync.types import PregelTask, StateSnapshot
-from bulksync.workers.execute import StateReader
 
 Channels = dict[str, BaseChannel[Any, Any]]
 
@@ -48,7 +46,11 @@ def load_channels(spec: GraphSpec, saved: CheckpointTuple) -> tuple[Channels, Ve
     null_writes = [(c, v) for t, c, v in saved.pending_writes if t == NULL_TASK_ID]
     if null_writes:
         apply_writes(
-            versions, channels, [TaskWrites("__input__", (), null_writes)], spec.trigger_to_nodes
+            versions,
+            channels,
+            [TaskWrites("__input__", (), null_writes)],
+            spec.trigger_to_nodes,
+            version_bits=clock.version_bits(),
         )
     return channels, versions
 
@@ -84,6 +86,7 @@ def snapshot(
                 for t, s in finished.items()
             ],
             spec.trigger_to_nodes,
+            version_bits=clock.version_bits(),
         )
     keys = spec.stream_channels
     shown = tuple(
@@ -181,7 +184,9 @@ def update_state(
         ns = (config.get("configurable") or {}).get(CHECKPOINT_NS, "")
         base_conf = {**config["configurable"], CHECKPOINT_NS: ns}
         base_conf.pop(CHECKPOINT_ID, None)
-        saved = CheckpointTuple({"configurable": base_conf}, empty_checkpoint(), {"step": -2})
+        saved = CheckpointTuple(
+            {"configurable": base_conf}, empty_checkpoint(clock.stamp(0)), {"step": -2}
+        )
     step = int(saved.metadata.get("step", -2)) + 1
     if as_node == "__copy__":
         return _commit(
@@ -197,12 +202,16 @@ def update_state(
     tasks = plan_after(spec, saved, channels)
     if as_node == END and values is None:
         done = [TaskWrites(t.name, t.path, (), t.triggers) for t in tasks.values()]
-        apply_writes(versions, channels, done, spec.trigger_to_nodes)
+        apply_writes(
+            versions, channels, done, spec.trigger_to_nodes, version_bits=clock.version_bits()
+        )
         return _commit(saver, saved, saved.config, (channels, versions), "update", step, config)
     if as_node == "__input__":
         # Pending tasks stay scheduled: the input runs beside them in the next step.
         done = [TaskWrites("__input__", (), [(spec.input_channels, values)])]
-        apply_writes(versions, channels, done, spec.trigger_to_nodes)
+        apply_writes(
+            versions, channels, done, spec.trigger_to_nodes, version_bits=clock.version_bits()
+        )
         return _commit(saver, saved, saved.config, (channels, versions), "input", step, config)
     node_name = as_node if as_node is not None else infer_as_node(spec, saved)
     if node_name not in spec.nodes:
@@ -220,6 +229,7 @@ def update_state(
         channels,
         [TaskWrites(node_name, path, writes, (INTERRUPT,))],
         spec.trigger_to_nodes,
+        version_bits=clock.version_bits(),
     )
     return _commit(saver, saved, saved.config, (channels, versions), "update", step, config)
 
@@ -232,8 +242,7 @@ def node_writes(spec: GraphSpec, node: str, values: Any, saved: CheckpointTuple)
         stop=0,
         resume={},
         resume_map=None,
-        null_resume=NullResume(),
-        sink=lambda ns, mode, chunk: None,
+        null_resume=None,
         namespace=(),
     )
     return spec.nodes[node].writer(values, StateReader(spec, step))
@@ -259,14 +268,16 @@ def _commit(
             saved.checkpoint,
             None,
             Versions.of(saved.checkpoint),
-            step,
             saved.checkpoint.updated_channels,
+            stamp=clock.stamp(step),
         )
         changed = dict(saved.checkpoint.channel_versions)
     else:
         channels, versions = state
         # No updated-channel hint: tasks pending before the update must still be planned.
-        checkpoint = create_checkpoint(saved.checkpoint, channels, versions, step, None)
+        checkpoint = create_checkpoint(
+            saved.checkpoint, channels, versions, None, stamp=clock.stamp(step)
+        )
         changed = new_versions(saved.checkpoint.channel_versions, checkpoint.channel_versions)
     parents = saved.metadata.get("parents") or {}
     metadata = checkpoint_metadata(config, source, step, dict(parents))

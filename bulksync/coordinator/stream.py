@@ -10,25 +10,27 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 from bulksync.channels.base import BaseChannel
 from bulksync.constants import ERROR, INTERRUPT, RETURN
 from bulksync.coordinator.plan import Task, task_path_str
 from bulksync.coordinator.spec import Write
 from bulksync.coordinator.status import read_task_statuses
-from bulksync.types import Interrupt
+from bulksync.errors import ConfigError
+from bulksync.types import Interrupt, StreamMode
 
 Keys = Sequence[str] | str
 
-ALL_MODES = ("values", "updates", "custom", "debug", "tasks", "checkpoints", "messages")
+ALL_MODES: tuple[StreamMode, ...] = get_args(StreamMode)
+"""Every stream mode, from ``types.StreamMode``: what ``stream()`` and the CLI accept."""
 
 
 def check_modes(modes: Sequence[str]) -> None:
-    """Raise ``ValueError`` naming a stream mode that does not exist."""
+    """Raise ``ConfigError`` (a ``ValueError``) naming a stream mode that does not exist."""
     for mode in modes:
         if mode not in ALL_MODES:
-            raise ValueError(f"Unknown stream_mode {mode!r}; use one of {ALL_MODES}.")
+            raise ConfigError(f"Unknown stream_mode {mode!r}; use one of {ALL_MODES}.")
 
 
 def stream_modes(stream_mode: str | Sequence[str] | None, debug: bool) -> tuple[list[str], bool]:
@@ -36,7 +38,7 @@ def stream_modes(stream_mode: str | Sequence[str] | None, debug: bool) -> tuple[
     come bare: one mode, asked for as a string (else they are framed with their mode).
 
     Raises:
-        ValueError: an unknown mode.
+        ConfigError: an unknown mode.
     """
     if stream_mode is None or isinstance(stream_mode, str):
         modes, single = [stream_mode or "updates"], True

@@ -8,6 +8,7 @@ queue, so ``custom`` chunks and subgraph events arrive while the step is still r
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import queue
 import threading
@@ -19,8 +20,7 @@ from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, INTERRUPT, NS_END, 
 from bulksync.context import maybe_current_task
 from bulksync.coordinator import state as thread_state
 from bulksync.coordinator.executor import Executor
-from bulksync.coordinator.loop import Outcome, SuperstepLoop
-from bulksync.coordinator.nested import invoke_nested
+from bulksync.coordinator.loop import Outcome, SuperstepLoop, invoke_nested
 from bulksync.coordinator.options import RunOptions, validate_recursion_limit
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.coordinator.stream import frame, stream_modes
@@ -28,6 +28,8 @@ from bulksync.errors import GraphInterrupt
 from bulksync.graph.layout import builder_drawable
 from bulksync.types import StateSnapshot
 from bulksync.workers.local import LocalExecutor
+
+log = logging.getLogger(__name__)
 
 _DONE = object()
 
@@ -140,6 +142,7 @@ class CompiledStateGraph:
         """Run and yield chunks as LangGraph frames them (see DESIGN.md §2)."""
         modes, bare = stream_modes(stream_mode, bool(debug or (debug is None and self.debug)))
         config = self._run_config(config)
+        _check_run_arguments(self.spec, durability, interrupt_before, interrupt_after)
         options = RunOptions(
             config=config,
             recursion_limit=validate_recursion_limit(config["recursion_limit"]),
@@ -206,6 +209,7 @@ class CompiledStateGraph:
 
     def _require_saver(self) -> CheckpointSaver:
         if self.saver is None:
+            # LangGraph raises a bare ValueError here; conformance compares the class name.
             raise ValueError("No checkpointer set: compile the graph with checkpointer=...")
         return self.saver
 
@@ -233,14 +237,12 @@ class CompiledStateGraph:
         thread = saved.config["configurable"].get("thread_id")
         states: dict[str, Any] = {}
         for task in tasks.values():
-            node = self.spec.nodes[task.name]
-            if node.subgraph is None:
+            subgraph = self.spec.nodes[task.name].subgraph
+            if not isinstance(subgraph, CompiledStateGraph):
                 continue
             sub_config = {"configurable": {"thread_id": thread, CHECKPOINT_NS: task.checkpoint_ns}}
             states[task.id] = (
-                node.subgraph.get_state_at(saver, sub_config, subgraphs=True)
-                if recurse
-                else sub_config
+                subgraph.get_state_at(saver, sub_config, subgraphs=True) if recurse else sub_config
             )
         return states
 
@@ -251,7 +253,8 @@ class CompiledStateGraph:
         for part in ns.split(NS_SEP):
             name = part.split(NS_END)[0]
             node = graph.spec.nodes.get(name)
-            if node is None or node.subgraph is None:
+            if node is None or not isinstance(node.subgraph, CompiledStateGraph):
+                # LangGraph raises a bare ValueError for an unknown subgraph namespace too.
                 raise ValueError(f"checkpoint_ns {ns!r}: no subgraph node '{name}'.")
             graph = node.subgraph
         return graph
@@ -286,6 +289,43 @@ class CompiledStateGraph:
     def get_graph(self, config: Mapping[str, Any] | None = None, *, xray: bool = False) -> Any:
         """The graph's drawable structure (``.draw_mermaid()``)."""
         return builder_drawable(self.builder, self.spec)
+
+
+DURABILITIES = ("sync", "async", "exit")
+
+
+def _check_run_arguments(
+    spec: GraphSpec,
+    durability: str | None,
+    before: Sequence[str] | str | None,
+    after: Sequence[str] | str | None,
+) -> None:
+    """Warn, naming the argument, about a value LangGraph accepts silently.
+
+    LangGraph runs ``durability="sometimes"`` as "async" and never pauses at an unknown
+    ``interrupt_before``/``interrupt_after`` node given to a run (``compile`` rejects them);
+    bulksync does the same, so programs written for it keep working, and says so in the log.
+    """
+    if durability is not None and durability not in DURABILITIES:
+        log.warning(
+            "graph %s: durability=%r is not one of %s; the run checkpoints as with 'async'",
+            spec.name,
+            durability,
+            ", ".join(DURABILITIES),
+        )
+    for name, nodes in (("interrupt_before", before), ("interrupt_after", after)):
+        if nodes is None or nodes == "*":
+            continue
+        unknown = [n for n in ([nodes] if isinstance(nodes, str) else nodes) if n not in spec.nodes]
+        if unknown:
+            log.warning(
+                "graph %s: %s names no node of the graph: %s (nodes: %s); the run never "
+                "pauses there",
+                spec.name,
+                name,
+                ", ".join(map(repr, unknown)),
+                ", ".join(spec.nodes),
+            )
 
 
 def _given(value: Sequence[str] | str | None, default: Sequence[str] | str) -> Sequence[str] | str:

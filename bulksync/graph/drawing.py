@@ -22,7 +22,7 @@ from enum import Enum
 from typing import Final
 
 from bulksync.constants import END, START
-from bulksync.errors import InvalidGraphError
+from bulksync.errors import ConfigError, InvalidGraphError
 
 __all__ = ("DrawEdge", "DrawableGraph", "NodeStyles")
 
@@ -175,11 +175,12 @@ class DrawableGraph:
         """Render as Mermaid flowchart text, the same as LangGraph's ``draw_mermaid``.
 
         Raises:
-            ValueError: ``curve_style`` is not a Mermaid curve, or two subgraphs share a name.
+            ConfigError: ``curve_style`` is not a Mermaid curve (a ``ValueError``).
+            ValueError: two subgraphs share a name (LangGraph's error there).
         """
         curve = curve_style.value if isinstance(curve_style, Enum) else curve_style
         if curve not in CURVE_STYLES:
-            raise ValueError(
+            raise ConfigError(
                 f"draw_mermaid: unknown curve_style {curve!r}; use one of {sorted(CURVE_STYLES)}."
             )
         writer = _MermaidWriter(self, with_styles, wrap_label_n_words)
@@ -217,7 +218,10 @@ class _MermaidWriter:
 
     def __init__(self, graph: DrawableGraph, with_styles: bool, wrap_words: int) -> None:
         if wrap_words < 1:
-            raise ValueError(f"draw_mermaid: wrap_label_n_words must be >= 1, got {wrap_words}.")
+            raise ConfigError(
+                f"draw_mermaid: wrap_label_n_words must be >= 1, got {wrap_words}; pass 1 or more "
+                "(the default is 9)."
+            )
         self.graph = graph
         self.with_styles = with_styles
         self.wrap_words = wrap_words
@@ -275,6 +279,7 @@ class _MermaidWriter:
         if framed:
             name = prefix.rsplit(":", 1)[-1]
             if name in self.seen:
+                # LangGraph (langchain_core) raises a bare ValueError for the same graph.
                 raise ValueError(
                     f"draw_mermaid: two subgraphs are named {name!r}; give the nodes that hold "
                     "subgraphs distinct names."

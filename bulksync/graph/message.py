@@ -62,6 +62,7 @@ def add_messages(
         ValueError: only one of ``left``/``right`` is given, or ``format`` is unknown.
         InvalidUpdateError: a removal names an id not in ``left``, or a message is malformed.
     """
+    # Both misuses raise LangGraph's own bare ValueError: add_messages is its API, verbatim.
     if format not in _FORMATS:
         raise ValueError(
             f"add_messages: unrecognized format={format!r}; use 'langchain-openai' or None."

@@ -11,49 +11,16 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections import defaultdict
-from collections.abc import Sequence
 from typing import Any
 
-from bulksync.channels.base import MISSING, BaseChannel
-from bulksync.constants import CHECKPOINT_NS, NS_SEP, RESUME
+from bulksync.constants import CHECKPOINT_NS, RESUME
 from bulksync.context import Scratchpad, TaskContext, task_context
-from bulksync.coordinator.executor import StepInput, TaskResult
+from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
+from bulksync.coordinator.reader import StateReader, apply_parent_command
 from bulksync.coordinator.spec import GraphSpec, NodeSpec, Write
 from bulksync.errors import GraphInterrupt, ParentCommand
 from bulksync.ids import interrupt_id
-from bulksync.types import Command
-
-
-class StateReader:
-    """Reads the step's channels with a task's writes applied to a private copy."""
-
-    def __init__(self, spec: GraphSpec, step: StepInput) -> None:
-        self._spec = spec
-        self._values = step.channel_values
-
-    def _channel(self, key: str) -> BaseChannel[Any, Any]:
-        return self._spec.channels[key].from_checkpoint(self._values.get(key, MISSING))
-
-    def __call__(self, select: Sequence[str] | str, writes: Sequence[Write]) -> Any:
-        keys = [select] if isinstance(select, str) else list(select)
-        pending: dict[str, list[Any]] = defaultdict(list)
-        for chan, value in writes:
-            if chan in keys:
-                pending[chan].append(value)
-        values: dict[str, Any] = {}
-        for key in keys:
-            if key not in self._spec.channels:
-                continue
-            channel = self._channel(key)
-            if pending.get(key):
-                channel.update(pending[key])
-            if channel.is_available():
-                values[key] = channel.get()
-        if isinstance(select, str):
-            return values.get(select)
-        return values
 
 
 def task_config(step: StepInput, task: Task) -> dict[str, Any]:
@@ -93,33 +60,6 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-def parent_namespace(task_ns: str) -> str:
-    """The namespace of the task that runs the graph this task belongs to."""
-    parts = task_ns.split(NS_SEP)
-    if parts[-1].isdigit():
-        parts.pop()
-    return NS_SEP.join(parts[:-1])
-
-
-def apply_parent_command(
-    node: NodeSpec, task: Task, exc: ParentCommand, read: StateReader
-) -> list[Write]:
-    """Writes of a ``Command`` a subgraph sent to this task, or re-raise it further up."""
-    cmd = exc.command
-    if cmd.graph in (task.checkpoint_ns, task.name):
-        local = Command(update=cmd.update, goto=cmd.goto, resume=cmd.resume)
-        return node.writer(local, read)
-    if cmd.graph == Command.PARENT:
-        retarget = Command(
-            graph=parent_namespace(task.checkpoint_ns),
-            update=cmd.update,
-            goto=cmd.goto,
-            resume=cmd.resume,
-        )
-        raise ParentCommand(retarget) from None
-    raise exc
-
-
 def _attempt(node: NodeSpec, task: Task, ctx: TaskContext, read: StateReader) -> list[Write]:
     with task_context(ctx):
         try:
@@ -129,7 +69,7 @@ def _attempt(node: NodeSpec, task: Task, ctx: TaskContext, read: StateReader) ->
             return apply_parent_command(node, task, exc, read)
 
 
-def run_task(spec: GraphSpec, task: Task, step: StepInput) -> TaskResult:
+def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> TaskResult:
     """Run ``task`` of ``spec`` to a result (writes, error or interrupts); never raises."""
     node = spec.nodes[task.name]
     read = StateReader(spec, step)
@@ -142,14 +82,14 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput) -> TaskResult:
             step=task.step,
             stop=step.stop,
             resume=resume_answers(task, step),
-            null_resume=step.null_resume,
+            null_resume=live.null_resume,
         )
         ctx = TaskContext(
             config=task_config(step, task),
             scratchpad=pad,
-            stream_writer=lambda chunk: step.sink(step.namespace, "custom", chunk),
+            stream_writer=lambda chunk: live.sink(step.namespace, "custom", chunk),
             send=resumes.extend,
-            parent=(step.nested, task) if step.nested is not None else None,
+            parent=(step, live, task) if step.nesting is not None else None,
         )
         try:
             writes = _attempt(node, task, ctx, read)
@@ -161,6 +101,8 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput) -> TaskResult:
         except Exception as exc:
             policy = next((p for p in node.retry_policy if p.should_retry(exc)), None)
             if policy is None or attempt >= policy.max_attempts:
+                # The error keeps its type; the note (LangGraph's words) names node and task.
+                exc.add_note(f"During task with name '{task.name}' and id '{task.id}'")
                 return TaskResult(task.id, (), error=exc)
             time.sleep(policy.delay(attempt))  # retry backoff
 
@@ -171,4 +113,4 @@ def _last_resume(resumes: list[Write]) -> list[Write]:
     return [(RESUME, w[1]) for w in last]
 
 
-__all__ = ["StateReader", "run_task"]
+__all__ = ["run_task"]

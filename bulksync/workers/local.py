@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from bulksync.coordinator.executor import StepInput, TaskResult
+from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec
-from bulksync.errors import TaskCancelledError
+from bulksync.errors import ConfigError, TaskCancelledError
 from bulksync.workers.execute import run_task
 
 
@@ -54,6 +54,7 @@ class LocalExecutor:
         self,
         spec: GraphSpec,
         step: StepInput,
+        live: StepLive,
         tasks: Sequence[Task],
         deliver: Callable[[TaskResult], None],
     ) -> LocalStep:
@@ -62,7 +63,7 @@ class LocalExecutor:
         pool = ThreadPoolExecutor(workers, thread_name_prefix=f"bulksync-{spec.name}")
 
         def one(task: Task) -> None:
-            deliver(run_task(spec, task, step))
+            deliver(run_task(spec, task, step, live))
 
         futures = {t.id: pool.submit(one, t) for t in tasks}
         # Queued tasks still run after shutdown(wait=False); the threads exit once they drain.
@@ -74,7 +75,7 @@ def step_concurrency(config: Mapping[str, Any], default: int) -> int:
     """The thread bound a run asks for (``max_concurrency``, top level or configurable).
 
     Raises:
-        ValueError: a bound that is not a positive integer.
+        ConfigError: a bound that is not a positive integer (a ``ValueError``).
     """
     value = config.get("max_concurrency")
     if value is None:
@@ -82,5 +83,5 @@ def step_concurrency(config: Mapping[str, Any], default: int) -> int:
     if value is None:
         return default
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"max_concurrency must be an integer >= 1, got {value!r}.")
+        raise ConfigError(f"max_concurrency must be an integer >= 1, got {value!r}.")
     return value

@@ -15,15 +15,15 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
-from bulksync.coordinator.spec import GraphSpec
-from bulksync.errors import UnknownGraphError
+from bulksync.coordinator.spec import CompiledGraph, GraphSpec, RunnableGraph
+from bulksync.errors import ConfigError, UnknownGraphError
 
 _REF = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*(:[A-Za-z_][\w]*)?$")
 
 
-def is_compiled_graph(value: Any) -> bool:
+def is_compiled_graph(value: Any) -> TypeGuard[RunnableGraph]:
     """Whether ``value`` is a compiled bulksync graph."""
     return isinstance(getattr(value, "spec", None), GraphSpec) and hasattr(value, "stream")
 
@@ -33,7 +33,7 @@ def task_name(graph_id: str, path: Sequence[str], node: str) -> str:
     return ".".join([graph_id, *path, node])
 
 
-def spec_at(graph: Any, path: Sequence[str]) -> GraphSpec:
+def spec_at(graph: CompiledGraph, path: Sequence[str]) -> GraphSpec:
     """The spec of the subgraph reached from ``graph`` through the subgraph nodes ``path``.
 
     Raises:
@@ -52,7 +52,7 @@ def spec_at(graph: Any, path: Sequence[str]) -> GraphSpec:
 
 
 def walk_specs(
-    graph: Any, path: tuple[str, ...] = ()
+    graph: CompiledGraph, path: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], GraphSpec]]:
     """Every spec of ``graph`` and of its subgraph nodes, with the node path to each."""
     spec: GraphSpec = graph.spec
@@ -66,7 +66,7 @@ class GraphRegistry:
     """Compiled graphs by id."""
 
     def __init__(self) -> None:
-        self._graphs: dict[str, Any] = {}
+        self._graphs: dict[str, RunnableGraph] = {}
 
     def __contains__(self, graph_id: object) -> bool:
         return graph_id in self._graphs
@@ -80,7 +80,7 @@ class GraphRegistry:
 
         Raises:
             TypeError: ``graph`` is not a compiled graph.
-            ValueError: another graph already has this id.
+            ConfigError: another graph already has this id (a ``ValueError``).
         """
         if not is_compiled_graph(graph):
             raise TypeError(
@@ -89,17 +89,21 @@ class GraphRegistry:
             )
         known = self._graphs.get(graph_id)
         if known is not None and known is not graph:
-            raise ValueError(f"graph id '{graph_id}' is already registered to another graph")
+            raise ConfigError(
+                f"graph id '{graph_id}' is already registered to another graph; give each "
+                "graph its own module attribute, or load the module once."
+            )
         self._graphs[graph_id] = graph
 
     def load(self, ref: str) -> list[str]:
         """Import ``pkg.module[:attr]`` and register its graph(s); return the ids added.
 
         Raises:
-            ValueError: the reference is malformed, cannot be imported, or names no graph.
+            ConfigError: the reference is malformed, cannot be imported, or names no graph
+                (a ``ValueError``).
         """
         if not _REF.match(ref):
-            raise ValueError(
+            raise ConfigError(
                 f"--graph {ref!r}: expected 'pkg.module' or 'pkg.module:attr' "
                 "(e.g. bulksync.demo:graph)."
             )
@@ -107,18 +111,21 @@ class GraphRegistry:
         try:
             module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise ValueError(
+            raise ConfigError(
                 f"--graph {ref!r}: cannot import module '{module_name}' ({exc}); check the "
                 "name and that it is installed or on PYTHONPATH."
             ) from exc
         if attr:
             if not hasattr(module, attr):
-                raise ValueError(f"--graph {ref!r}: module '{module_name}' has no '{attr}'.")
+                raise ConfigError(
+                    f"--graph {ref!r}: module '{module_name}' has no '{attr}'; check the "
+                    "attribute name, or pass just the module to load all its compiled graphs."
+                )
             found = {attr: getattr(module, attr)}
         else:
             found = {k: v for k, v in vars(module).items() if is_compiled_graph(v)}
             if not found:
-                raise ValueError(
+                raise ConfigError(
                     f"--graph {ref!r}: module '{module_name}' defines no compiled graph at top "
                     "level; name one with 'pkg.module:attr'."
                 )
@@ -129,7 +136,7 @@ class GraphRegistry:
             added.append(graph_id)
         return added
 
-    def get(self, graph_id: str) -> Any:
+    def get(self, graph_id: str) -> RunnableGraph:
         """The graph registered as ``graph_id``.
 
         Raises:

@@ -35,8 +35,8 @@ import redis
 from bulksync import keys
 from bulksync.client import Client, RemoteGraph
 from bulksync.context import maybe_current_task
-from bulksync.coordinator.service import Coordinator, open_coordinator
 from bulksync.graph import StateGraph as LocalStateGraph
+from bulksync.service.coordinator import Coordinator, open_coordinator
 from bulksync.workers.registry import GraphRegistry
 
 WAIT = 60.0
@@ -67,6 +67,7 @@ class RemoteService:
         """Serve `graph` on the worker and the coordinator; return its fresh graph id."""
         graph_id: str = self.cluster.register(graph)
         self.coordinator.registry.add(graph_id, graph)
+        self.coordinator.announce()
         return graph_id
 
     def compile(self, builder: Any, **kw: Any) -> RemoteHandle:
@@ -77,17 +78,16 @@ class RemoteService:
 @contextmanager
 def open_service(cluster: Any, database_url: str) -> Iterator[RemoteService]:
     """A coordinator serving `database_url` (a test's schema) until the block ends."""
-    settings = dataclasses.replace(cluster.settings, database_url=database_url)
+    settings = dataclasses.replace(
+        cluster.settings,
+        database_url=database_url,
+        max_runs=4,
+        heartbeat=HEARTBEAT,
+        poll_interval=POLL,
+    )
     with ExitStack() as stack:
         coordinator = stack.enter_context(
-            open_coordinator(
-                settings,
-                GraphRegistry(),
-                app=cluster.app,
-                max_runs=4,
-                heartbeat=HEARTBEAT,
-                poll_interval=POLL,
-            )
+            open_coordinator(settings, GraphRegistry(), app=cluster.app)
         )
         client = stack.enter_context(Client(settings))
         coordinator.start()

@@ -26,10 +26,9 @@ import redis
 from celery.signals import before_task_publish, task_postrun, task_prerun
 from kombu.serialization import dumps as kombu_dumps
 
-from bulksync import keys, wire
+from bulksync import keys
 from bulksync.checkpoint.memory import InMemorySaver
 from bulksync.config import get_stream_writer
-from bulksync.coordinator.celery_executor import CeleryExecutor, cancel_run
 from bulksync.errors import (
     SerializationError,
     TaskCancelledError,
@@ -37,7 +36,10 @@ from bulksync.errors import (
     UnknownGraphError,
 )
 from bulksync.graph import END, START, StateGraph
+from bulksync.service.cancel import cancel_run
 from bulksync.types import Send
+from bulksync.workers import wire
+from bulksync.workers.celery.executor import CeleryExecutor
 
 pytestmark = pytest.mark.integration
 
@@ -369,7 +371,7 @@ def test_cancel_run_stops_the_step_and_applies_no_later_writes(cluster: Any) -> 
             "left",
             "right",
         }
-        cancel_run(redis_client(cluster), run_id)
+        cancel_run(redis_client(cluster), run_id, cluster.settings)
         result = outcome.get(timeout=RELEASE_WAIT)
     finally:
         release.set()

@@ -12,10 +12,10 @@ from bulksync import keys
 from bulksync.checkpoint.memory import InMemorySaver
 from bulksync.client import Client, RemoteGraph
 from bulksync.constants import NS_END
-from bulksync.coordinator import runs
 from bulksync.demo import build_demo_graph, demo_input
 from bulksync.errors import ServiceUnavailableError
 from bulksync.graph import END, START, StateGraph
+from bulksync.service import runs
 from bulksync.settings import Settings
 from bulksync.types import Command, StateSnapshot, interrupt
 
@@ -67,7 +67,7 @@ def test_progress_events_count_each_steps_tasks(service: Service) -> None:
 
 def test_wait_gives_up_after_its_timeout(service: Service) -> None:
     graph_id = service.register(chain_graph(service))
-    run_id = service.client.submit(graph_id, {"log": []})  # no coordinator: stays pending
+    run_id = service.client.submit(graph_id, {"log": []}, require_coordinator=False)
     with pytest.raises(TimeoutError, match=rf"run {run_id} did not finish in time"):
         service.client.wait(run_id, timeout=0.2)
     assert service.client.get(run_id).status == runs.PENDING
@@ -75,7 +75,7 @@ def test_wait_gives_up_after_its_timeout(service: Service) -> None:
 
 def test_stream_of_a_cancelled_pending_run_ends(service: Service) -> None:
     graph_id = service.register(chain_graph(service))
-    run_id = service.client.submit(graph_id, {"log": []})
+    run_id = service.client.submit(graph_id, {"log": []}, require_coordinator=False)
     service.client.cancel(run_id)
     (end,) = service.client.stream(run_id)
     assert end.mode == runs.END and end.chunk["status"] == runs.CANCELLED

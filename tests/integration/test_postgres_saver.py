@@ -19,8 +19,8 @@ from bulksync.checkpoint.base import Checkpoint
 from bulksync.checkpoint.pg_migrations import FENCE_SQL, MIGRATIONS, apply_migrations
 from bulksync.checkpoint.postgres import PostgresSaver
 from bulksync.constants import ERROR
+from bulksync.coordinator.clock import checkpoint_id
 from bulksync.errors import LeaseLostError, SerializationError, ServiceUnavailableError
-from bulksync.ids import checkpoint_id
 
 pytestmark = pytest.mark.integration
 

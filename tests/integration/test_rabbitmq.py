@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from bulksync.coordinator.celery_executor import CeleryExecutor
 from bulksync.demo import demo_input, graph
 from bulksync.settings import Settings
-from bulksync.workers.app import make_app
+from bulksync.workers.celery.app import make_app
+from bulksync.workers.celery.executor import CeleryExecutor
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from bulksync import wire
-from bulksync.coordinator import runs
-from bulksync.coordinator.runs import RunStore
 from bulksync.errors import TaskCancelledError, ThreadBusyError
+from bulksync.service import runs
+from bulksync.service.runs import RunStore
 from bulksync.types import Command, Interrupt
+from bulksync.workers import wire
 
 pytestmark = pytest.mark.integration
 

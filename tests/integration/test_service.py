@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import operator
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -21,16 +22,21 @@ import redis
 from bulksync.checkpoint.postgres import PostgresSaver
 from bulksync.cli import main
 from bulksync.client import Client
-from bulksync.coordinator import runs
-from bulksync.coordinator.celery_executor import CeleryExecutor
-from bulksync.coordinator.executor import Executor, StepInput, TaskResult
-from bulksync.coordinator.runs import RunStore
-from bulksync.coordinator.service import Coordinator
+from bulksync.coordinator.executor import Executor, StepInput, StepLive, TaskResult
 from bulksync.demo import build_demo_graph, demo_input
-from bulksync.errors import TaskCancelledError, ThreadBusyError
+from bulksync.errors import (
+    ConfigError,
+    TaskCancelledError,
+    ThreadBusyError,
+    UnservedGraphError,
+)
 from bulksync.graph import END, START, StateGraph
+from bulksync.service import runs
+from bulksync.service.coordinator import Coordinator, ExecutorFactory
+from bulksync.service.runs import RunStore
 from bulksync.settings import Settings
 from bulksync.types import Command, Send, interrupt
+from bulksync.workers.celery.executor import CeleryExecutor
 from bulksync.workers.registry import GraphRegistry
 
 pytestmark = pytest.mark.integration
@@ -57,21 +63,27 @@ class Service:
             self.registry.add(graph_id, graph)
         return graph_id
 
-    def start(self, **options: Any) -> Coordinator:
-        """A coordinator serving on a thread until the test ends (or it is stopped)."""
+    def start(
+        self, executor_factory: ExecutorFactory | None = None, **tunables: Any
+    ) -> Coordinator:
+        """A coordinator serving on a thread until the test ends (or it is stopped).
+
+        ``tunables`` are settings of the coordinator group (``heartbeat=0.2``, …).
+        """
+        tunables.setdefault("heartbeat", 0.2)
+        tunables.setdefault("poll_interval", 0.2)
+        settings = dataclasses.replace(self.settings, **tunables)
         saver = self.stack.enter_context(
             PostgresSaver.from_conn_string(self.settings.database_url, max_size=8)
         )
         saver.setup()
-        options.setdefault("heartbeat", 0.2)
-        options.setdefault("poll_interval", 0.2)
         coordinator = Coordinator(
-            self.settings,
+            settings,
             self.registry,
             RunStore(saver.pool),
             saver,
             app=self.cluster.app,
-            **options,
+            executor_factory=executor_factory,
         )
         coordinator.start()
         self.stack.callback(coordinator.stop, timeout=WAIT)
@@ -220,7 +232,7 @@ def test_max_runs_bounds_the_runs_driven_at_once(service: Service) -> None:
 
 @pytest.mark.parametrize("option", ["max_runs", "heartbeat", "poll_interval"])
 def test_coordinator_options_must_be_positive(service: Service, option: str) -> None:
-    with pytest.raises(ValueError, match="max_runs, heartbeat and poll_interval must be positive"):
+    with pytest.raises(ConfigError, match=f"BULKSYNC_{option.upper()}=0: set it to a positive"):
         service.start(**{option: 0})
 
 
@@ -237,7 +249,7 @@ def test_a_failing_node_ends_the_run_with_its_error(service: Service) -> None:
 def test_a_coordinator_takes_only_runs_of_its_graphs(service: Service) -> None:
     known = service.register(chain_graph(service))
     service.start()
-    stranger = service.client.submit("no.such:graph", {})
+    stranger = service.client.submit("no.such:graph", {}, require_coordinator=False)
     mine = service.client.submit(known, {"log": []})
     assert service.client.wait(mine, timeout=WAIT).status == runs.SUCCESS
     with pytest.raises(TimeoutError, match=f"run {stranger} did not finish in time"):
@@ -245,12 +257,38 @@ def test_a_coordinator_takes_only_runs_of_its_graphs(service: Service) -> None:
     assert service.client.get(stranger).status == runs.PENDING
 
 
+def test_a_run_of_a_graph_no_coordinator_serves_is_refused_at_once(service: Service) -> None:
+    graph_id = service.register(chain_graph(service))
+    thread = f"unserved-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(UnservedGraphError, match=f"no coordinator serves graph '{graph_id}'"):
+        service.client.submit(graph_id, {"log": []}, thread_id=thread)
+    assert service.client.list_runs(thread_id=thread) == []  # nothing was queued
+    service.start()
+    run_id = service.client.submit(graph_id, {"log": []}, thread_id=thread)
+    assert service.client.wait(run_id, timeout=WAIT).status == runs.SUCCESS
+
+
+def test_a_stopped_coordinator_withdraws_and_a_dead_ones_claim_lapses(service: Service) -> None:
+    graph_id = service.register(chain_graph(service))
+    coordinator = service.start()
+    assert runs.serving(service.redis, graph_id) == 1
+    coordinator.stop(timeout=WAIT)
+    assert runs.serving(service.redis, graph_id) == 0
+    # A coordinator killed mid-heartbeat never withdraws: its claim lapses on its own.
+    runs.announce(service.redis, [graph_id], "killed", ttl=0.3)
+    assert runs.serving(service.redis, graph_id) == 1
+    deadline = time.monotonic() + WAIT
+    while runs.serving(service.redis, graph_id) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert runs.serving(service.redis, graph_id) == 0
+
+
 # --- cancel -------------------------------------------------------------------------------
 
 
 def test_cancel_a_pending_run_at_once(service: Service) -> None:
     graph_id = service.register(chain_graph(service))
-    run_id = service.client.submit(graph_id, {"log": []})  # no coordinator yet
+    run_id = service.client.submit(graph_id, {"log": []}, require_coordinator=False)
     assert service.client.cancel(run_id).status == runs.CANCELLED
     run = service.client.wait(run_id, timeout=WAIT)
     assert run.status == runs.CANCELLED
@@ -324,6 +362,7 @@ class Killable:
         self,
         spec: Any,
         step: StepInput,
+        live: StepLive,
         tasks: Any,
         deliver: Callable[[TaskResult], None],
     ) -> Any:
@@ -334,7 +373,7 @@ class Killable:
             if not self.killed:
                 deliver(result)
 
-        return self.inner.submit(spec, step, tasks, gated)
+        return self.inner.submit(spec, step, live, tasks, gated)
 
 
 class FanState(TypedDict, total=False):
@@ -461,7 +500,8 @@ def test_cli_submit_without_wait_prints_the_run_id(
     cli_env: Service, capsys: pytest.CaptureFixture[str]
 ) -> None:
     graph_id = cli_env.register(ask_graph())
-    assert main(["resume", "q", "--graph", graph_id, "--value", '"42"']) == 0
+    argv = ["resume", "q", "--graph", graph_id, "--value", '"42"', "--queue-anyway"]
+    assert main(argv) == 0
     run_id = capsys.readouterr().out.strip()
     run = cli_env.client.get(run_id)
     assert (run.thread_id, run.payload["input"]) == ("q", Command(resume="42"))
@@ -484,7 +524,8 @@ def test_cli_failed_run_exits_1_with_its_error(
     ("argv", "message"),
     [
         (["cancel", "nope"], "no run 'nope' in this database"),
-        (["state", "t", "--graph", "g:nothere", "--timeout", "0.1"], "no answer within 0.1 s"),
+        (["state", "t", "--graph", "g:nothere"], "no coordinator serves graph 'g:nothere'"),
+        (["submit", "g:graph", "--input", "{}"], "--queue-anyway"),
         (
             [
                 "submit",
@@ -495,6 +536,7 @@ def test_cli_failed_run_exits_1_with_its_error(
                 "busy",
                 "--multitask-strategy",
                 "reject",
+                "--queue-anyway",
             ],
             "thread 'busy' is busy with run",
         ),
@@ -504,7 +546,8 @@ def test_cli_failed_run_exits_1_with_its_error(
 def test_cli_errors_are_one_line(
     cli_env: Service, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    cli_env.client.submit("g:graph", {}, thread_id="busy")  # never runs: no coordinator
+    # Never runs: no coordinator serves g:graph.
+    cli_env.client.submit("g:graph", {}, thread_id="busy", require_coordinator=False)
     assert main(argv) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and message in err, err

@@ -34,9 +34,9 @@ import pytest
 import redis
 from kombu.transport.redis import Channel as RedisChannel
 
-from bulksync.coordinator.celery_executor import CeleryExecutor
 from bulksync.settings import Settings
-from bulksync.workers.app import make_app
+from bulksync.workers.celery.app import make_app
+from bulksync.workers.celery.executor import CeleryExecutor
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from bulksync.coordinator.celery_executor import CeleryExecutor
 from bulksync.errors import UnknownGraphError
 from bulksync.settings import Settings
-from bulksync.workers.app import make_app
+from bulksync.workers.celery.app import make_app
+from bulksync.workers.celery.executor import CeleryExecutor
 
 pytestmark = pytest.mark.integration
 

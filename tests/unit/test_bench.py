@@ -98,7 +98,7 @@ def test_a_worker_that_cannot_start_is_reported_and_stopped(settings: Any, redis
     import dataclasses
 
     from bench.workers import Workers, WorkerStartError
-    from bulksync.workers.app import make_app
+    from bulksync.workers.celery.app import make_app
 
     settings = dataclasses.replace(settings, queue=f"bench-test-{uuid.uuid4().hex[:8]}")
     workers = Workers(settings, make_app(settings), 1, graph_ref="bench.no_such_module")

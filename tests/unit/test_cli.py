@@ -186,3 +186,11 @@ def test_bad_url_setting_is_one_line_error(
     assert main(["demo", "--db", str(tmp_path / "x.sqlite")]) == 2
     assert variable in error_line(capsys)
     assert not (tmp_path / "x.sqlite").exists()
+
+
+def test_flower_hands_every_option_to_flower() -> None:
+    from bulksync.cli import build_parser
+
+    argv = ["flower", "--port=5555", "--basic-auth", "admin:secret", "--help"]
+    args = build_parser().parse_args(argv)
+    assert args.options == argv[1:]  # even --help: Flower's own help lists its options

@@ -5,15 +5,16 @@ Their runs against a real coordinator are in ``tests/integration/test_service.py
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 
 import pytest
 
 from bulksync.cli import build_parser, main
-from bulksync.cli.cluster import STATUSES, STREAM_MODES, to_json
-from bulksync.coordinator import runs
+from bulksync.cli.cluster import STATUSES, to_json
 from bulksync.coordinator.stream import ALL_MODES
+from bulksync.service import runs
 from bulksync.types import Interrupt
 
 COMMANDS = {
@@ -72,8 +73,16 @@ def test_the_commands_compose_runs_parse() -> None:
     )
 
 
+def stream_mode_choices() -> tuple[str, ...]:
+    """The choices ``bulksync submit --stream-mode`` offers, read from the built parser."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    option = next(a for a in commands.choices["submit"]._actions if a.dest == "stream_mode")
+    return tuple(option.choices or ())
+
+
 def test_choices_follow_the_library() -> None:
-    assert STREAM_MODES == ALL_MODES
+    assert stream_mode_choices() == ALL_MODES
     assert STATUSES == runs.STATUSES
 
 

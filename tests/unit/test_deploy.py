@@ -312,6 +312,8 @@ def check_bulksync(where: str, argv: list[str]) -> None:
         )
     for ref in graph_refs(argv):
         check_graph_ref(where, ref)
+    if argv[1:2] == ["flower"]:  # the rest goes to Flower unchanged: it must know each option
+        check_flower_options(where, argv[2:])
 
 
 def graph_refs(argv: list[str]) -> list[str]:
@@ -346,7 +348,6 @@ def check_graph_ref(where: str, ref: str) -> None:
 def check_celery_flower(where: str, argv: list[str]) -> None:
     """Fail unless ``celery [opts] flower [opts]`` uses only options Celery and Flower define."""
     from celery.bin.celery import celery
-    from flower.options import default_options
 
     assert "flower" in argv, f"{where} runs celery but not its flower command: {argv}"
     split = argv.index("flower")
@@ -355,7 +356,14 @@ def check_celery_flower(where: str, argv: list[str]) -> None:
         if arg.startswith("-"):
             name = arg.partition("=")[0]
             assert name in celery_options, f"{where}: celery has no option {name}"
-    for arg in argv[split + 1 :]:
+    check_flower_options(where, argv[split + 1 :])
+
+
+def check_flower_options(where: str, argv: list[str]) -> None:
+    """Fail unless every ``--option`` in ``argv`` is one of Flower's."""
+    from flower.options import default_options
+
+    for arg in argv:
         if arg.startswith("--"):
             name = arg[2:].partition("=")[0]
             assert name in default_options, f"{where}: Flower has no option --{name}"
@@ -398,6 +406,7 @@ def test_documented_command_exists(where: str, argv: list[str]) -> None:
     [
         ["bulksync", "no-such-command"],
         ["bulksync", "demo", "--graph", "bulksync.demo"],  # demo takes no --graph
+        ["bulksync", "flower", "--no-such-option=1"],
         ["celery", "--no-such-option=1", "flower"],
         ["celery", "--broker=redis://x", "flower", "--no-such-option=1"],
         ["celery", "--broker=redis://x", "worker"],
@@ -468,9 +477,8 @@ def test_dockerfile_copies_files_that_exist() -> None:
 
 
 def settings_variables() -> set[str]:
-    """The variables in the table of ``bulksync/settings.py``'s docstring."""
-    doc = bulksync.settings.__doc__ or ""
-    return set(re.findall(r"^\s+(BULKSYNC_[A-Z0-9_]+)\s", doc, flags=re.MULTILINE))
+    """The variables of the settings declared in ``bulksync/settings.py``."""
+    return {declared.env for declared in bulksync.settings.declarations()}
 
 
 def test_settings_table_is_found() -> None:

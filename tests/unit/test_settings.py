@@ -1,14 +1,21 @@
-"""Settings: defaults, ``BULKSYNC_*`` overrides, and the errors for unusable URLs."""
+"""Settings: defaults, ``BULKSYNC_*`` overrides, the declarations, and the errors for bad values."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
 from pathlib import Path
 
 import pytest
 
 from bulksync import settings as settings_module
-from bulksync.settings import Settings, redact
+from bulksync.errors import ConfigError
+from bulksync.service import coordinator as coordinator_module
+from bulksync.settings import GROUPS, Declaration, Settings, declarations, redact
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+NUMBERS = [d for d in declarations() if d.kind in (int, float)]
 
 URL_VARIABLES = {
     "BULKSYNC_BROKER_URL": "broker_url",
@@ -146,3 +153,121 @@ def test_repr_hides_passwords() -> None:
 )
 def test_redact(url: str, expected: str) -> None:
     assert redact(url) == expected
+
+
+# -- the declarations ---------------------------------------------------------------------
+
+
+def test_every_field_is_declared_with_group_unit_and_help() -> None:
+    declared = declarations()
+    assert [d.name for d in declared] == [f.name for f in dataclasses.fields(Settings)]
+    for d in declared:
+        assert d.group in GROUPS, d.name
+        assert d.doc and "\n" not in d.doc, d.name
+        assert d.env == "BULKSYNC_" + d.name.upper()
+        assert d.kind in (str, int, float, Path), d.name
+        if d.kind in (int, float):
+            assert d.unit, f"{d.name} needs a unit"
+        assert d.default_text, d.name
+    assert {d.group for d in declared} == set(GROUPS)
+
+
+def test_groups_partition_the_declarations() -> None:
+    by_group = [d for group in GROUPS for d in declarations(group)]
+    assert sorted(d.name for d in by_group) == sorted(d.name for d in declarations())
+
+
+def test_defaults_match_the_declarations() -> None:
+    got = Settings()
+    for d in declarations():
+        if d.default is not None:
+            assert getattr(got, d.name) == d.default, d.name
+
+
+@pytest.mark.parametrize("declared", NUMBERS, ids=lambda d: d.env)
+def test_each_number_is_read_from_its_variable(declared: Declaration) -> None:
+    value = 3 if declared.name != "stale_after" else 60
+    got = Settings.from_env({declared.env: str(value)})
+    assert getattr(got, declared.name) == value
+    assert type(getattr(got, declared.name)) is declared.kind
+
+
+@pytest.mark.parametrize("declared", NUMBERS, ids=lambda d: d.env)
+@pytest.mark.parametrize("bad", ["abc", "0", "-1", "inf", "nan", "1e"])
+def test_a_bad_number_names_its_variable_and_what_to_set(declared: Declaration, bad: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env({declared.env: bad})
+    message = str(info.value)
+    assert message.startswith(f"{declared.env}={bad!r}: set it to a positive ")
+    assert declared.unit in message and f"default: {declared.default_text}" in message
+
+
+@pytest.mark.parametrize("declared", [d for d in NUMBERS if d.kind is int], ids=lambda d: d.env)
+def test_a_whole_number_setting_refuses_a_fraction(declared: Declaration) -> None:
+    with pytest.raises(ConfigError, match=f"{declared.env}='2.5': set it to a positive whole"):
+        Settings.from_env({declared.env: "2.5"})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("max_runs", 0), ("heartbeat", -1.0), ("max_batch", 2.5), ("step_ttl", True)],
+)
+def test_direct_construction_checks_numbers(field: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=f"BULKSYNC_{field.upper()}="):
+        Settings(**{field: value})  # type: ignore[arg-type]
+
+
+def test_an_empty_queue_is_refused() -> None:
+    with pytest.raises(ConfigError, match="BULKSYNC_QUEUE='': set it to a queue name"):
+        Settings(queue="")
+
+
+def test_a_non_string_url_is_refused() -> None:
+    with pytest.raises(ConfigError, match="BULKSYNC_REDIS_URL=6379"):
+        Settings(redis_url=6379)  # type: ignore[arg-type]
+
+
+def test_a_bad_url_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="BULKSYNC_REDIS_URL"):
+        Settings.from_env({"BULKSYNC_REDIS_URL": "http://cache"})
+
+
+def test_stale_after_must_exceed_the_heartbeat() -> None:
+    with pytest.raises(ConfigError, match=r"BULKSYNC_STALE_AFTER .* not more than the heartbeat"):
+        Settings.from_env({"BULKSYNC_HEARTBEAT": "5", "BULKSYNC_STALE_AFTER": "5"})
+
+
+def test_derived_defaults() -> None:
+    got = Settings(heartbeat=2.0, max_runs=8)
+    assert (got.lease_ttl, got.db_connections) == (6.0, 12)
+    assert Settings(max_runs=500).db_connections == 36  # capped: runs share connections
+    set_ = Settings(heartbeat=2.0, stale_after=7.0, db_pool_size=3)
+    assert (set_.lease_ttl, set_.db_connections) == (7.0, 3)
+
+
+def test_repr_shows_every_setting() -> None:
+    text = repr(Settings())
+    for d in declarations():
+        assert f"{d.name}=" in text
+
+
+def test_repr_of_a_copy_with_new_tunables_still_hides_passwords() -> None:
+    got = dataclasses.replace(
+        Settings(redis_url="redis://:pw-two@cache:6379/0"), max_runs=3, heartbeat=1.0
+    )
+    assert "pw-two" not in repr(got) and "max_runs=3" in repr(got)
+
+
+def test_the_readme_lists_every_setting_with_its_default() -> None:
+    section = README.read_text().split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(BULKSYNC_[A-Z0-9_]+)` \| ([^|]+) \| ([^|]+) \|$", section, re.M)
+    listed = {env: default.strip() for env, default, _ in rows}
+    assert sorted(listed) == sorted(d.env for d in declarations())
+    for d in declarations():
+        assert d.default_text in listed[d.env], f"README: {d.env} defaults to {d.default_text}"
+
+
+def test_no_component_takes_loose_options() -> None:
+    for function in (coordinator_module.Coordinator.__init__, coordinator_module.open_coordinator):
+        kinds = {p.kind for p in inspect.signature(function).parameters.values()}
+        assert inspect.Parameter.VAR_KEYWORD not in kinds, function

@@ -12,14 +12,15 @@ from bulksync.checkpoint import sqlite as sqlite_module
 from bulksync.checkpoint.base import (
     Checkpoint,
     CheckpointSaver,
+    Encoded,
     Serde,
     checkpoint_config,
 )
-from bulksync.checkpoint.serde import StoredError
+from bulksync.checkpoint.serde import MsgpackSerde
 from bulksync.checkpoint.sqlite import SqliteSaver
 from bulksync.constants import ERROR, INTERRUPT, RESUME
-from bulksync.errors import SerializationError
-from bulksync.ids import checkpoint_id
+from bulksync.coordinator.clock import checkpoint_id
+from bulksync.errors import SerializationError, StoredError
 from bulksync.types import Interrupt, Send
 
 
@@ -406,6 +407,69 @@ def test_concurrent_writers_on_one_saver(saver: CheckpointSaver) -> None:
         worker.join()
     assert errors == []
     assert len(pending(saver, config)) == 120
+
+
+# -- pre-encoded values (a worker's bytes stored as they are) ---------------------------
+
+
+class ForeignSerde:
+    """A serde of another format: its bytes are not the saver's, its values decode fine."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def dumps(self, value: Any) -> bytes:
+        return b"foreign"
+
+    def loads(self, data: bytes) -> Any:
+        return self.value
+
+
+VALUE: Any = {"sends": [Send("n", (1, 2))], "when": datetime.date(2024, 1, 2), "t": (1,)}
+
+
+def test_pre_encoded_writes_read_back_as_their_values(saver: CheckpointSaver) -> None:
+    config = put_chain(saver, thread(), 1)[0]
+    wire_made = Encoded.of(MsgpackSerde(), VALUE)  # another instance, the same format
+    saver.put_writes(config, [("a", wire_made), ("b", [1]), ("c", Encoded.of(saver.serde, 7))], "t")
+    assert pending(saver, config) == (("t", "a", VALUE), ("t", "b", [1]), ("t", "c", 7))
+    assert type(pending(saver, config)[0][2]["t"]) is tuple
+
+
+def test_pre_encoded_and_plain_channel_values_mix(saver: CheckpointSaver) -> None:
+    values = {"enc": Encoded.of(MsgpackSerde(), VALUE), "plain": ("x", 1)}
+    versions = {"enc": 1, "plain": 1}
+    config = saver.put(thread(), make_checkpoint(0, values, versions), {}, versions)
+    found = saver.get_tuple(config)
+    assert found is not None
+    assert found.checkpoint.channel_values == {"enc": VALUE, "plain": ("x", 1)}
+    assert not any(isinstance(v, Encoded) for v in found.checkpoint.channel_values.values())
+
+
+def test_bytes_in_the_savers_format_are_not_encoded_again(
+    saver: CheckpointSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = SpySerde(saver.serde)
+    monkeypatch.setattr(saver, "serde", spy)
+    encoded = Encoded.of(spy, VALUE)
+    spy.dumped.clear()
+    config = saver.put(thread(), make_checkpoint(0, {"v": encoded}, {"v": 1}), {}, {"v": 1})
+    saver.put_writes(config, [("v", encoded)], "task")
+    assert VALUE not in spy.dumped
+    found = saver.get_tuple(config)
+    assert found is not None
+    assert found.checkpoint.channel_values["v"] == VALUE
+    assert found.pending_writes == (("task", "v", VALUE),)
+
+
+def test_bytes_of_another_format_are_encoded_from_the_value(saver: CheckpointSaver) -> None:
+    foreign = Encoded(b"foreign", ForeignSerde(VALUE))
+    config = saver.put(thread(), make_checkpoint(0, {"v": foreign}, {"v": 1}), {}, {"v": 1})
+    saver.put_writes(config, [("v", foreign)], "task")
+    found = saver.get_tuple(config)
+    assert found is not None
+    assert found.checkpoint.channel_values["v"] == VALUE
+    assert found.pending_writes == (("task", "v", VALUE),)
 
 
 def test_saver_satisfies_the_protocol(saver: CheckpointSaver) -> None:

@@ -28,7 +28,6 @@ from bulksync.checkpoint import serde as serde_module
 from bulksync.checkpoint.base import Checkpoint
 from bulksync.checkpoint.serde import (
     MsgpackSerde,
-    StoredError,
     dumps_checkpoint,
     dumps_for,
     dumps_metadata,
@@ -36,8 +35,8 @@ from bulksync.checkpoint.serde import (
     loads_metadata,
     register_type,
 )
-from bulksync.errors import SerializationError
-from bulksync.ids import checkpoint_id
+from bulksync.coordinator.clock import checkpoint_id
+from bulksync.errors import SerializationError, StoredError
 from bulksync.types import Command, Interrupt, Overwrite, Send
 
 

@@ -10,7 +10,7 @@ import pytest
 from bulksync.checkpoint import sqlite as sqlite_module
 from bulksync.checkpoint.base import Checkpoint
 from bulksync.checkpoint.sqlite import MIGRATIONS, SqliteSaver
-from bulksync.ids import checkpoint_id
+from bulksync.coordinator.clock import checkpoint_id
 
 
 def thread(thread_id: str = "t1") -> dict[str, object]:

@@ -185,3 +185,44 @@ def test_plain_resume_with_two_pending_interrupts_asks_for_interrupt_id() -> Non
 def test_stream_writer_outside_a_node_is_refused() -> None:
     with pytest.raises(RuntimeError, match=r"outside a running graph node"):
         get_stream_writer()
+
+
+def test_node_error_keeps_its_type_and_notes_node_and_task() -> None:
+    def lookup(state: State) -> dict[str, Any]:
+        return {"x": {}["missing"]}
+
+    builder = StateGraph(State)
+    builder.add_node("lookup", lookup)
+    builder.add_edge(START, "lookup")
+    graph = builder.compile()
+    with pytest.raises(KeyError) as info:
+        graph.invoke({"x": 0})
+    (note,) = getattr(info.value, "__notes__", [])
+    assert note.startswith("During task with name 'lookup' and id '")  # LangGraph's words
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"durability": "sometimes"}, "durability='sometimes'"),
+        ({"interrupt_before": ["nope"]}, "interrupt_before names no node"),
+        ({"interrupt_after": ["nope"]}, "interrupt_after names no node"),
+    ],
+)
+def test_run_arguments_langgraph_accepts_are_run_and_logged(
+    options: dict[str, Any], named: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # LangGraph runs these as if they were not given; so does bulksync, and says so.
+    graph = _linear(InMemorySaver())
+    with caplog.at_level("WARNING", logger="bulksync.graph"):
+        out = graph.invoke({"x": 0}, _thread("lenient"), **options)
+    assert out == graph.invoke({"x": 0}, _thread("plain"))
+    assert any(named in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_unknown_interrupt_node_at_compile_is_langgraphs_value_error() -> None:
+    builder = StateGraph(State)
+    builder.add_node("bump", _bump)
+    builder.add_edge(START, "bump")
+    with pytest.raises(ValueError, match="Interrupt node `nope` not found"):
+        builder.compile(interrupt_before=["nope"])

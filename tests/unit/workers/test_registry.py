@@ -13,9 +13,9 @@ import pytest
 from bulksync.errors import UnknownGraphError
 from bulksync.graph import START, StateGraph
 from bulksync.settings import Settings
-from bulksync.workers import node_task
-from bulksync.workers.app import make_app
-from bulksync.workers.node_task import WorkerRuntime, install
+from bulksync.workers.celery import node_task
+from bulksync.workers.celery.app import make_app
+from bulksync.workers.celery.node_task import WorkerRuntime, install
 from bulksync.workers.registry import GraphRegistry, is_compiled_graph, spec_at, task_name
 
 MODULE = '''
@@ -211,7 +211,7 @@ def test_install_registers_one_celery_task_per_node(
     app = make_app(Settings())  # no broker connection is made
     # install() makes its runtime this process's; put back the one a cluster fixture installed.
     monkeypatch.setattr(node_task, "_runtime", node_task.current_runtime())
-    names = install(app, WorkerRuntime(registry, "redis://127.0.0.1:6379/0"))
+    names = install(app, WorkerRuntime(registry, Settings()))
     assert sorted(names) == sorted(registry.task_names())
     assert set(names) <= set(app.tasks)
 

@@ -15,14 +15,21 @@ from typing import Any
 import msgpack
 import pytest
 
-from bulksync import wire
 from bulksync.channels.base import MISSING
-from bulksync.checkpoint.serde import StoredError
+from bulksync.checkpoint.base import Encoded
 from bulksync.constants import PULL, PUSH, TASKS
-from bulksync.coordinator.executor import TaskResult
+from bulksync.coordinator.executor import Nesting, StepInput, TaskResult
 from bulksync.coordinator.plan import Task
-from bulksync.errors import InvalidUpdateError, SerializationError, TaskTimeoutError
+from bulksync.errors import (
+    InvalidUpdateError,
+    SerializationError,
+    StoredError,
+    TaskCancelledError,
+    TaskError,
+    TaskTimeoutError,
+)
 from bulksync.types import Command, Interrupt, Send
+from bulksync.workers import wire
 
 
 class Opaque:
@@ -65,7 +72,7 @@ def task(**kw: Any) -> Task:
 
 def test_step_state_round_trips() -> None:
     when = datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.UTC)
-    state = wire.StepState(
+    state = StepInput(
         channel_values={"log": ["a", ("t", 1)], "tags": {"x", "y"}, "when": when},
         config={"configurable": {"thread_id": "t1"}, "recursion_limit": 25, "run_id": "r1"},
         stop=27,
@@ -73,7 +80,7 @@ def test_step_state_round_trips() -> None:
         resume_map={"0123abcd": "answer"},
         null_resume="go",
         namespace=("parent:1", "child:2"),
-        nesting=wire.Nesting(
+        nesting=Nesting(
             recursion_limit=25,
             durability="sync",
             modes=("custom", "updates"),
@@ -91,7 +98,7 @@ def test_step_state_keeps_only_the_config_a_node_can_use() -> None:
         "callbacks": [Opaque()],  # live objects stay in the coordinator
         "max_concurrency": 4,
     }
-    state = wire.StepState({}, config, 1, {}, None, None, ())
+    state = StepInput({}, config, 1, {}, None, None, ())
     assert wire.loads_state(wire.dumps_state(state)).config == {
         "configurable": {"thread_id": "t1"},
         "tags": ["a"],
@@ -99,13 +106,13 @@ def test_step_state_keeps_only_the_config_a_node_can_use() -> None:
 
 
 def test_unencodable_state_names_the_channel() -> None:
-    state = wire.StepState({"ok": 1, "bad": Opaque()}, {}, 1, {}, None, None, ())
+    state = StepInput({"ok": 1, "bad": Opaque()}, {}, 1, {}, None, None, ())
     with pytest.raises(SerializationError, match=r"\(step state\).*channel 'bad'.*Opaque"):
         wire.dumps_state(state)
 
 
 def test_unencodable_config_names_the_key() -> None:
-    state = wire.StepState({}, {"metadata": {"who": Opaque()}}, 1, {}, None, None, ())
+    state = StepInput({}, {"metadata": {"who": Opaque()}}, 1, {}, None, None, ())
     with pytest.raises(SerializationError, match=r"\(run config\).*'metadata'"):
         wire.dumps_state(state)
 
@@ -124,20 +131,28 @@ def test_unencodable_config_names_the_key() -> None:
 )
 def test_task_descriptor_round_trips_through_a_celery_message(path: tuple[Any, ...]) -> None:
     original = task(path=path, triggers=(PUSH, "branch:to:work"))
-    desc = kombu_trip(wire.describe_task(original, original.id))
+    desc = wire.TaskDescriptor.unpack(
+        kombu_trip(wire.TaskDescriptor.of(original, original.id).pack())
+    )
     value = wire.loads_input(wire.dumps_input(original.input, original))
-    assert wire.read_task(desc, value) == original
-    assert isinstance(wire.read_task(desc, value).path, tuple)
+    assert desc.task(value) == original
+    assert isinstance(desc.task(value).path, tuple)
+
+
+def test_batched_and_single_descriptors_round_trip_by_name() -> None:
+    descs = [wire.TaskDescriptor.of(task(path=(PUSH, i)), f"slot-{i}") for i in range(3)]
+    assert wire.loads_descs(wire.dumps_descs(descs)) == descs
+    assert wire.loads_descriptor(wire.dumps_descriptor(descs[1])).slot == "slot-1"
 
 
 def test_descriptor_carries_no_input() -> None:
     big = task(input={"big": "s" * 100_000})
-    desc = wire.describe_task(big, big.id)
+    desc = wire.TaskDescriptor.of(big, big.id).pack()
     assert "sss" not in repr(desc)
     assert len(msgpack.packb(desc)) < 300
 
 
-def step_state(**kw: Any) -> wire.StepState:
+def step_state(**kw: Any) -> StepInput:
     fields: dict[str, Any] = {
         "channel_values": {},
         "config": {},
@@ -148,7 +163,7 @@ def step_state(**kw: Any) -> wire.StepState:
         "namespace": (),
     }
     fields.update(kw)
-    return wire.StepState(**fields)
+    return StepInput(**fields)
 
 
 def test_result_slot_is_the_task_id_when_the_task_has_no_answers() -> None:
@@ -279,6 +294,52 @@ def test_error_with_unencodable_args_keeps_its_message() -> None:
     assert "Opaque" in str(back)
 
 
+@pytest.mark.parametrize(
+    ("error", "retryable"),
+    [
+        (TaskTimeoutError("slow"), True),  # the class defaults
+        (TaskCancelledError("stop"), False),
+        (TaskTimeoutError("slow", retryable=False), False),  # an instance's own flag
+        (TaskCancelledError("stop", retryable=True), True),
+    ],
+)
+def test_task_errors_keep_their_retryable_flag(error: TaskError, retryable: bool) -> None:
+    back = error_trip(error)
+    assert type(back) is type(error)
+    assert isinstance(back, TaskError) and back.retryable is retryable
+    again = wire.loads_error(wire.dumps_error(error))
+    assert isinstance(again, TaskError) and again.retryable is retryable
+
+
+def test_task_error_of_a_class_not_loaded_here_keeps_its_retryable_flag() -> None:
+    class FarTaskError(TaskError):
+        retryable = True
+
+    FarTaskError.__module__ = "bulksync_tests_not_imported_module"
+    back = error_trip(FarTaskError("try again"))
+    assert isinstance(back, StoredError) and back.type_name.endswith(".FarTaskError")
+    assert back.retryable is True
+    back = error_trip(FarTaskError("not this time", retryable=False))
+    assert isinstance(back, StoredError) and back.retryable is False
+
+
+def test_stored_error_sent_on_keeps_the_original_name_and_flag() -> None:
+    stored = StoredError("far.module.Boom", "boom", "Boom('boom')", retryable=True)
+    back = error_trip(stored)
+    assert isinstance(back, StoredError)
+    assert (back.type_name, back.message, repr(back)) == ("far.module.Boom", "boom", "Boom('boom')")
+    assert back.retryable is True
+
+
+def test_error_record_written_before_the_retryable_flag_still_decodes() -> None:
+    # Six fields, as runs finished by an older version keep them in Postgres.
+    old = ["builtins:ValueError", "builtins.ValueError", ["old"], "old", "ValueError('old')", ""]
+    back = wire.loads_error(wire.SERDE.dumps(old))
+    assert type(back) is ValueError and str(back) == "old"
+    gone = wire.loads_error(wire.SERDE.dumps(["bulksync_tests_not_imported_module:Gone", *old[1:]]))
+    assert isinstance(gone, StoredError) and gone.retryable is False
+
+
 # -- custom events -----------------------------------------------------------------------
 
 
@@ -291,3 +352,33 @@ def test_stream_event_round_trips() -> None:
 def test_unencodable_custom_event_is_refused() -> None:
     with pytest.raises(SerializationError, match="Opaque"):
         wire.dumps_event((), "custom", {"x": Opaque()})
+
+
+# -- values encoded once -----------------------------------------------------------------
+
+
+def test_result_write_values_arrive_as_the_workers_bytes() -> None:
+    back = wire.loads_result(wire.dumps_result(TaskResult("t", writes=(("a", (1, "x")),)), "n"))
+    chan, value = back.writes[0]
+    assert chan == "a" and isinstance(value, Encoded)
+    assert value.data == wire.SERDE.dumps((1, "x")) and value.value == (1, "x")
+
+
+class Foreign:
+    """A serde of another format."""
+
+    def dumps(self, value: Any) -> bytes:
+        return b"foreign"
+
+    def loads(self, data: bytes) -> Any:
+        return "from foreign"
+
+
+def test_step_input_ships_known_bytes_as_they_are() -> None:
+    known = Encoded(wire.SERDE.dumps(["kept"]), wire.SERDE)
+    foreign = Encoded(b"foreign", Foreign())
+    data = wire.dumps_state(step_state(channel_values={"k": known, "f": foreign, "p": 1}))
+    values = wire.loads_state(data).channel_values
+    assert values == {"k": ["kept"], "f": "from foreign", "p": 1}
+    assert values["k"].data == known.data
+    assert values["f"].data == wire.SERDE.dumps("from foreign")  # encoded from its value

@@ -14,12 +14,16 @@ Settings chosen for correctness first:
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Celery
 from celery.worker.consumer import Consumer
 
+from bulksync import logs
 from bulksync.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 def make_app(settings: Settings) -> Celery:
@@ -41,7 +45,7 @@ def make_app(settings: Settings) -> Celery:
         task_create_missing_queues=True,
         broker_connection_retry_on_startup=True,
         broker_transport_options=broker_transport_options(settings),
-        worker_consumer="bulksync.workers.app:BulkSyncConsumer",
+        worker_consumer="bulksync.workers.celery.app:BulkSyncConsumer",
         worker_hijack_root_logger=False,
     )
     return app
@@ -69,14 +73,58 @@ class BulkSyncConsumer(Consumer):  # type: ignore[misc]
 
     Celery would log and drop such a message, leaving its coordinator waiting; this one
     records an ``UnknownGraphError`` result for each of its tasks, so the run fails at once
-    with a message naming the graph and the ``--graph`` option to load it.
+    with a message naming the graph and the ``--graph`` option to load it. A message with
+    bulksync's header whose arguments are not a node task's is logged once and rejected
+    without requeue: anyone who can publish to the broker must not take workers down.
     """
 
+    connection_errors: tuple[type[BaseException], ...]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # After a Redis broker restart, acking a message of the torn-down connection fails
+        # inside kombu with an AttributeError (its connection info is gone), which Celery
+        # would treat as fatal and exit. Counted as a connection error, it is logged and the
+        # consumer reconnects; the message is restored after the visibility timeout, and its
+        # task, whose result is recorded, is not run again.
+        self.connection_errors = (*self.connection_errors, AttributeError)
+
+    def on_connection_error_after_connected(self, exc: Exception) -> None:
+        """Go on to reconnect even when closing the lost connection fails inside kombu.
+
+        With a Redis broker, closing the dead connection restores the unacknowledged
+        messages, which needs a fresh connection from a connection kombu has already torn
+        down: an ``AttributeError`` that Celery takes for an unrecoverable error, and the
+        worker exits for good after a Redis restart. The messages stay in the unacked set,
+        where they are restored after the visibility timeout like any dead worker's.
+        """
+        try:
+            super().on_connection_error_after_connected(exc)
+        except AttributeError as err:
+            log.warning(
+                "closing the lost broker connection failed inside kombu (%r); reconnecting", err
+            )
+
     def on_unknown_task(self, body: Any, message: Any, exc: Exception) -> None:
-        from bulksync.workers.node_task import current_runtime
+        from bulksync.workers.celery.node_task import current_runtime
 
         runtime = current_runtime()
-        if runtime is not None and runtime.reject_unknown(message):
-            message.ack()
+        try:
+            if runtime is not None and runtime.reject_unknown(message):
+                message.ack()
+                return
+        except Exception as error:
+            # Raising here would end the worker and leave the message to the next worker,
+            # which it would end too: log it once and drop it.
+            headers = message.headers or {}
+            log.error(
+                "message %s (task %r): rejected, not requeued: malformed bulksync message (%s: %s)",
+                headers.get("id"),
+                headers.get("task"),
+                type(error).__name__,
+                error,
+                extra=logs.ids(message_id=headers.get("id")),
+            )
+            message.reject(requeue=False)
             return
         super().on_unknown_task(body, message, exc)

@@ -35,30 +35,40 @@ coordinator claims only runs of the graphs it loaded; the others wait for one th
 ``mode`` is a stream mode the run asked for, ``progress`` (``{"step", "done", "total"}`` of
 the root graph's current step) or, last, ``end`` (``{"status", "error"}``), written after
 the row's final status. A submission pushes to ``keys.WAKE``, where idle coordinators block.
+
+**Outages.** ``RunStore`` calls are retried through a Postgres outage of up to
+``retry_window`` seconds, like ``PostgresSaver``'s; each is safe to run twice (a retried
+``create`` or ``finish`` whose first attempt committed before its reply was lost finds its
+own row and reports it). ``claim`` and ``take_over_stale`` are not retried: the coordinator
+calls them again on its next turn, and a claim whose reply was lost is released as stale.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import redis
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 from redis.typing import EncodableT, FieldT
 
-from bulksync import keys, wire
+from bulksync import keys
 from bulksync.checkpoint import pg_migrations as pgm
+from bulksync.checkpoint.postgres import RETRY_WINDOW, is_transient_postgres
 from bulksync.errors import (
     BulkSyncError,
+    ConfigError,
     TaskCancelledError,
     TaskTimeoutError,
     ThreadBusyError,
 )
+from bulksync.retry import retry
+from bulksync.workers import wire
 
 PENDING: Final = "pending"
 RUNNING: Final = "running"
@@ -90,6 +100,8 @@ _THREAD_LOCK_SQL = (
     "SELECT pg_advisory_xact_lock(hashtextextended("
     "'bulksync_runs:' || coalesce(current_schema(), '') || ':' || %s, 0))"
 )
+T = TypeVar("T")
+
 _ACTIVE_SQL = f"""SELECT run_id, status FROM bulksync_runs
     WHERE thread_id = %s AND status IN ('pending', 'running') AND kind NOT IN {_READS}
     ORDER BY seq LIMIT 1"""
@@ -240,13 +252,22 @@ def _errors_in(value: Any) -> Any:
 
 
 def add_event(
-    client: redis.Redis, run_id: str, mode: str, chunk: Any, namespace: Sequence[str] = ()
+    client: redis.Redis,
+    run_id: str,
+    mode: str,
+    chunk: Any,
+    namespace: Sequence[str] = (),
+    *,
+    ttl: int,
 ) -> None:
-    """Append an event to the run's stream (``keys.events``), which lives ``RUN_TTL`` more."""
+    """Append an event to the run's stream (``keys.events``), which lives ``ttl`` s more.
+
+    ``ttl`` is the ``run_ttl`` setting of the caller.
+    """
     key = keys.events(run_id)
     pipe = client.pipeline(transaction=False)
     pipe.xadd(key, dumps_event(namespace, mode, chunk))
-    pipe.expire(key, keys.RUN_TTL)
+    pipe.expire(key, ttl)
     pipe.execute()
 
 
@@ -258,6 +279,36 @@ def wake(client: redis.Redis) -> None:
     pipe.execute()
 
 
+def announce(client: redis.Redis, graph_ids: Sequence[str], owner: str, ttl: float) -> None:
+    """Say that ``owner`` serves ``graph_ids`` for the next ``ttl`` seconds (Redis's clock).
+
+    A coordinator repeats this every heartbeat; one that dies simply stops, and its claim
+    lapses after ``ttl``.
+    """
+    seconds, micros = client.time()
+    until = seconds + micros / 1e6 + ttl
+    pipe = client.pipeline(transaction=False)
+    for graph_id in graph_ids:
+        pipe.zadd(keys.served(graph_id), {owner: until})
+        pipe.zremrangebyscore(keys.served(graph_id), "-inf", seconds)  # lapsed claims
+    pipe.execute()
+
+
+def withdraw(client: redis.Redis, graph_ids: Sequence[str], owner: str) -> None:
+    """Say that ``owner`` no longer serves ``graph_ids`` (a coordinator stopping)."""
+    pipe = client.pipeline(transaction=False)
+    for graph_id in graph_ids:
+        pipe.zrem(keys.served(graph_id), owner)
+    pipe.execute()
+
+
+def serving(client: redis.Redis, graph_id: str) -> int:
+    """How many live coordinators serve ``graph_id`` now."""
+    seconds, micros = client.time()
+    count: int = client.zcount(keys.served(graph_id), seconds + micros / 1e6, "+inf")
+    return count
+
+
 def end_event(run: Run) -> dict[str, Any]:
     """The ``end`` event's chunk for a finished run."""
     return {"status": run.status, "error": run.error}
@@ -266,27 +317,48 @@ def end_event(run: Run) -> dict[str, Any]:
 class RunStore:
     """Runs in Postgres, through a psycopg pool (the same database as ``PostgresSaver``)."""
 
-    def __init__(self, pool: ConnectionPool[Any]) -> None:
+    def __init__(self, pool: ConnectionPool[Any], *, retry_window: float = RETRY_WINDOW) -> None:
         self.pool = pool
+        self.retry_window = retry_window
 
     @classmethod
     @contextmanager
-    def from_conn_string(cls, url: str, *, max_size: int = 4) -> Iterator[RunStore]:
-        """Open a pool for the ``with`` block and apply the migrations.
+    def from_conn_string(
+        cls, url: str, *, max_size: int, retry_window: float = RETRY_WINDOW
+    ) -> Iterator[RunStore]:
+        """Open a pool of ``max_size`` connections for the ``with`` block; apply the migrations.
+
+        ``max_size`` is a setting (``runs_pool_size`` for a client), ``retry_window`` too.
 
         Raises:
             ServiceUnavailableError: Postgres cannot be reached at ``url`` (named).
         """
         from bulksync.checkpoint.postgres import PostgresSaver
 
-        with PostgresSaver.from_conn_string(url, max_size=max_size) as saver:
+        with PostgresSaver.from_conn_string(
+            url, max_size=max_size, retry_window=retry_window
+        ) as saver:
             saver.setup()
-            yield cls(saver.pool)
+            yield cls(saver.pool, retry_window=retry_window)
 
     def setup(self) -> None:
         """Apply the migrations this database lacks (the runs table is one of them)."""
-        with self.pool.connection() as conn:
-            pgm.apply_migrations(conn, pgm.MIGRATIONS)
+
+        def apply(_: int) -> None:
+            with self.pool.connection() as conn:
+                pgm.apply_migrations(conn, pgm.MIGRATIONS)
+
+        self._retry(apply, "applying migrations")
+
+    def _retry(self, call: Callable[[int], T], what: str) -> T:
+        """``call(attempt)`` (1, 2, …), retried while Postgres is unreachable."""
+        attempts = iter(range(1, 1 << 30))
+        return retry(
+            lambda: call(next(attempts)),
+            transient=is_transient_postgres,
+            window=self.retry_window,
+            what=f"Postgres: {what}",
+        )
 
     def create(
         self,
@@ -303,22 +375,34 @@ class RunStore:
         Raises:
             ThreadBusyError: ``multitask_strategy="reject"`` and the thread has a pending or
                 running writer run (named).
-            ValueError: an unknown kind or strategy.
+            ConfigError: an unknown kind or strategy (a ``ValueError``).
             SerializationError: the payload holds a value msgpack cannot encode.
         """
         if kind not in KINDS:
-            raise ValueError(f"unknown run kind {kind!r}; use one of {KINDS}")
+            raise ConfigError(f"unknown run kind {kind!r}; use one of {KINDS}")
         if multitask_strategy not in STRATEGIES:
-            raise ValueError(
+            raise ConfigError(
                 f"multitask_strategy={multitask_strategy!r}: use 'enqueue' (wait for the "
                 "thread's active run) or 'reject' (refuse while the thread is busy)."
             )
         data = wire.SERDE.dumps(dict(payload))
         run_id = run_id or str(uuid.uuid4())
+        args = (run_id, thread_id, graph_id, kind, data, multitask_strategy)
+
+        def insert(attempt: int) -> Run:
+            if attempt > 1:  # the first attempt may have committed before its reply was lost
+                existing = self._get(run_id)
+                if existing is not None:
+                    return existing
+            return self._insert(thread_id, kind, multitask_strategy, args)
+
+        return self._retry(insert, f"creating run {run_id}")
+
+    def _insert(self, thread_id: str, kind: str, strategy: str, args: tuple[Any, ...]) -> Run:
         with self.pool.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             cur.execute(_THREAD_LOCK_SQL, (thread_id,))
-            if multitask_strategy == "reject" and kind not in READ_KINDS:
+            if strategy == "reject" and kind not in READ_KINDS:
                 active = cur.execute(_ACTIVE_SQL, (thread_id,)).fetchone()
                 if active is not None:
                     raise ThreadBusyError(
@@ -327,7 +411,6 @@ class RunStore:
                         f"{thread_id}) or submit with multitask_strategy='enqueue' to queue "
                         "behind it."
                     )
-            args = (run_id, thread_id, graph_id, kind, data, multitask_strategy)
             row = cur.execute(_INSERT_SQL, args).fetchone()
         assert row is not None
         return _run(row)
@@ -350,9 +433,13 @@ class RunStore:
         """Refresh ``owner``'s running runs; return those it still owns."""
         if not run_ids:
             return set()
-        with self.pool.connection() as conn:
-            rows = conn.execute(_HEARTBEAT_SQL, (owner, list(run_ids))).fetchall()
-        return {r[0] for r in rows}
+
+        def beat(_: int) -> set[str]:
+            with self.pool.connection() as conn:
+                rows = conn.execute(_HEARTBEAT_SQL, (owner, list(run_ids))).fetchall()
+            return {r[0] for r in rows}
+
+        return self._retry(beat, "heartbeat")
 
     def take_over_stale(self, stale_after: float) -> list[Run]:
         """Make runs whose owner has not heartbeated for ``stale_after`` seconds claimable.
@@ -366,8 +453,12 @@ class RunStore:
 
     def mark_started(self, run_id: str, owner: str, checkpoint_id: str | None, writes: int) -> None:
         """Record the thread's head when the run is first driven (later calls change nothing)."""
-        with self.pool.connection() as conn:
-            conn.execute(_STARTED_SQL, (checkpoint_id, writes, run_id, owner))
+
+        def mark(_: int) -> None:
+            with self.pool.connection() as conn:
+                conn.execute(_STARTED_SQL, (checkpoint_id, writes, run_id, owner))
+
+        self._retry(mark, f"marking run {run_id} started")
 
     def finish(
         self,
@@ -380,10 +471,17 @@ class RunStore:
     ) -> bool:
         """Set a running run's final status; False when ``owner`` no longer drives it."""
         if status not in FINISHED:
-            raise ValueError(f"{status!r} is not a final status; use one of {sorted(FINISHED)}")
-        with self.pool.connection() as conn:
-            row = conn.execute(_FINISH_SQL, (status, output, error, run_id, owner)).fetchone()
-        return row is not None
+            raise ConfigError(f"{status!r} is not a final status; use one of {sorted(FINISHED)}")
+
+        def finish(attempt: int) -> bool:
+            with self.pool.connection() as conn:
+                row = conn.execute(_FINISH_SQL, (status, output, error, run_id, owner)).fetchone()
+            if row is None and attempt > 1:  # did the first attempt commit, reply lost?
+                now = self._get(run_id)
+                return now is not None and now.owner == owner and now.status == status
+            return row is not None
+
+        return self._retry(finish, f"finishing run {run_id}")
 
     def request_cancel(self, run_id: str) -> tuple[str, Run]:
         """Cancel a run: a pending one at once, a running one by flag (its driver stops it).
@@ -394,6 +492,9 @@ class RunStore:
         Raises:
             LookupError: no run has this id.
         """
+        return self._retry(lambda _: self._request_cancel(run_id), f"cancelling run {run_id}")
+
+    def _request_cancel(self, run_id: str) -> tuple[str, Run]:
         with self.pool.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             row = cur.execute(
@@ -419,6 +520,9 @@ class RunStore:
 
     def get(self, run_id: str) -> Run | None:
         """The run with this id, if any."""
+        return self._retry(lambda _: self._get(run_id), f"reading run {run_id}")
+
+    def _get(self, run_id: str) -> Run | None:
         with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             row = cur.execute(
@@ -442,7 +546,7 @@ class RunStore:
     ) -> list[Run]:
         """Runs newest first, optionally of one thread and/or one status."""
         if status is not None and status not in STATUSES:
-            raise ValueError(f"unknown run status {status!r}; use one of {STATUSES}")
+            raise ConfigError(f"unknown run status {status!r}; use one of {STATUSES}")
         where, params = [], []
         if thread_id is not None:
             where.append("thread_id = %s")
@@ -454,9 +558,13 @@ class RunStore:
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += f" ORDER BY seq DESC LIMIT {max(0, int(limit))}"
-        with self.pool.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            return [_run(r) for r in cur.execute(sql, params).fetchall()]
+
+        def read(_: int) -> list[Run]:
+            with self.pool.connection() as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                return [_run(r) for r in cur.execute(sql, params).fetchall()]
+
+        return self._retry(read, "listing runs")
 
 
 def _run(row: Mapping[str, Any]) -> Run:

@@ -27,22 +27,22 @@ from typing import Any
 
 import redis
 
-from bulksync import wire
-from bulksync.checkpoint.base import CheckpointTuple
-from bulksync.checkpoint.postgres import PostgresSaver
+from bulksync import logs
+from bulksync.checkpoint.base import CheckpointTuple, LeasingSaver
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, INTERRUPT, NULL_TASK_ID, THREAD_ID
-from bulksync.coordinator import runs
-from bulksync.coordinator.celery_executor import cancel_run
 from bulksync.coordinator.commands import is_resume_map
 from bulksync.coordinator.executor import Executor
-from bulksync.coordinator.runs import Run, RunStore
-from bulksync.errors import LeaseLostError, TaskCancelledError, TaskTimeoutError
+from bulksync.coordinator.spec import RunnableGraph
+from bulksync.errors import LeaseLostError, TaskCancelledError, TaskTimeoutError, error_text
+from bulksync.retry import is_transient_redis, retry
+from bulksync.service import runs
+from bulksync.service.cancel import cancel_run
+from bulksync.service.runs import Run, RunStore
+from bulksync.settings import Settings
 from bulksync.types import Command
+from bulksync.workers import wire
 
 log = logging.getLogger("bulksync.coordinator")
-
-PROGRESS_EVERY = 0.2
-"""Seconds between two ``progress`` events of one step (its first and last are always sent)."""
 
 _INTERNAL_MODES = ("values", "updates", "debug")  # output, interrupts and progress
 
@@ -52,11 +52,12 @@ class DriverContext:
     """What every driver of one coordinator shares."""
 
     store: RunStore
-    saver: PostgresSaver
+    saver: LeasingSaver
     redis: redis.Redis
     owner: str
     lease_ttl: float
-    graph_for: Callable[[str], Any]
+    settings: Settings
+    graph_for: Callable[[str], RunnableGraph]
     executor_for: Callable[[str], Executor]
     abandoned: threading.Event
 
@@ -70,6 +71,7 @@ class RunDriver:
         self.lease: tuple[str, int] | None = None
         self.lost = threading.Event()  # another coordinator owns the run or its thread now
         self.done = threading.Event()
+        self.began = time.monotonic()
 
     @property
     def run_id(self) -> str:
@@ -128,7 +130,12 @@ class RunDriver:
         value = payload["input"]
         if moved or grew:
             value = None if moved else _resume_input(value)
-            log.info("run %s: taken over, resuming thread %s", run.run_id, run.thread_id)
+            log.info(
+                "run %s thread %s: taken over, resuming the thread",
+                run.run_id,
+                run.thread_id,
+                extra=logs.ids(run_id=run.run_id, thread_id=run.thread_id),
+            )
         executor = self.ctx.executor_for(run.graph_id)
         self._stream(bound.with_executor(executor), payload, value, resumed=moved or grew)
 
@@ -171,7 +178,7 @@ class RunDriver:
             options["output_keys"] = bound.spec.output_channels  # as invoke() does
         options["durability"] = options.get("durability") or "sync"
         modes = [*wanted, *(m for m in _INTERNAL_MODES if m not in wanted)]
-        tracker = _Tracker()
+        tracker = _Tracker(self.ctx.settings.progress_interval)
         chunks = iter(bound.stream(value, config, stream_mode=modes, subgraphs=True, **options))
         try:
             while True:
@@ -203,7 +210,7 @@ class RunDriver:
         except BaseException:
             # The driver failed while the loop still runs: stop the loop's tasks too.
             if not self.ctx.abandoned.is_set() and not self.lost.is_set():
-                cancel_run(self.ctx.redis, run.run_id)
+                cancel_run(self.ctx.redis, run.run_id, self.ctx.settings)
             raise
         status = runs.INTERRUPTED if tracker.interrupted else runs.SUCCESS
         self._finish(status, output=wire.SERDE.dumps(tracker.output()))
@@ -223,7 +230,16 @@ class RunDriver:
                 return None
 
     def _event(self, namespace: tuple[str, ...], mode: str, chunk: Any) -> None:
-        runs.add_event(self.ctx.redis, self.run_id, mode, chunk, namespace)
+        ttl = self.ctx.settings.run_ttl
+        # Retried through a Redis outage: at worst a reply lost after the append repeats
+        # one event, where giving up would end the run in error.
+        retry(
+            lambda: runs.add_event(self.ctx.redis, self.run_id, mode, chunk, namespace, ttl=ttl),
+            transient=is_transient_redis,
+            window=self.ctx.settings.retry_window,
+            what=f"run {self.run_id}: streaming an event",
+            stop=self.ctx.abandoned,
+        )
 
     def _finish(
         self, status: str, *, output: bytes | None = None, error: BaseException | None = None
@@ -233,22 +249,42 @@ class RunDriver:
         text = None
         if error is not None:
             output = wire.dumps_error(error)
-            text = f"{type(error).__name__}: {error}"
+            text = error_text(error)  # with the note naming the node and task, if any
         if not self.ctx.store.finish(
             self.run_id, self.ctx.owner, status, output=output, error=text
         ):
             log.warning("run %s: another coordinator owns it now; result dropped", self.run_id)
             self.lost.set()
             return
+        thread = self.run_row.thread_id
+        log.log(
+            logging.WARNING if status in (runs.ERROR, runs.TIMEOUT) else logging.INFO,
+            "run %s thread %s: finished %s in %.2fs (%s of graph %s)%s",
+            self.run_id,
+            thread,
+            status,
+            time.monotonic() - self.began,
+            self.run_row.kind,
+            self.run_row.graph_id,
+            f": {text}" if text else "",
+            extra=logs.ids(run_id=self.run_id, thread_id=thread),
+        )
         self._event((), runs.END, {"status": status, "error": text})
         if self.run_row.kind not in runs.READ_KINDS:
-            runs.wake(self.ctx.redis)  # a run queued behind this one may start now
+            try:
+                runs.wake(self.ctx.redis)  # a run queued behind this one may start now
+            except redis.RedisError as exc:  # Postgres is the truth: the next poll finds it
+                log.warning("run %s: could not wake coordinators (%s)", self.run_id, exc)
 
 
 class _Tracker:
-    """Follows the root graph's chunks: the invoke-style output, interrupts and progress."""
+    """Follows the root graph's chunks: the invoke-style output, interrupts and progress.
 
-    def __init__(self) -> None:
+    A step's progress events are ``every`` seconds apart, except its first and last.
+    """
+
+    def __init__(self, every: float) -> None:
+        self.every = every
         self.latest: Any = None
         self.interrupts: list[Any] = []
         self.interrupted = False
@@ -272,7 +308,7 @@ class _Tracker:
             elif chunk.get("type") == "task_result" and chunk.get("step") == self.step:
                 self.done += 1
                 now = time.monotonic()
-                if self.done in (1, self.total) or now - self.sent >= PROGRESS_EVERY:
+                if self.done in (1, self.total) or now - self.sent >= self.every:
                     self.sent = now
                     return {"step": self.step or 0, "done": self.done, "total": self.total}
         return None

@@ -1,12 +1,17 @@
 """The coordinator service: claims detached runs from Postgres and drives them concurrently.
 
-``bulksync coordinator --graph …`` runs :meth:`Coordinator.serve`. The loop:
+``bulksync coordinator --graph …`` runs :meth:`Coordinator.serve`. Its tunables (``max_runs``,
+``heartbeat``, ``stale_after``, ``poll_interval``, …) are fields of the ``Settings`` it is
+given (``bulksync.settings``, group ``coordinator``). The loop:
 
 1. every ``heartbeat`` seconds, take over runs whose owner stopped heartbeating for
    ``stale_after`` seconds (they become claimable again, and resume from their checkpoint);
 2. claim runnable runs, oldest first, up to ``max_runs`` driven at once; each gets a
-   :class:`~bulksync.coordinator.driver.RunDriver` on its own thread;
-3. when nothing more can be claimed, block on Redis ``BLPOP keys.WAKE`` (clients push there
+   :class:`~bulksync.service.driver.RunDriver` on its own thread;
+3. every ``heartbeat`` seconds too, announce the graph ids it serves in Redis
+   (``keys.served``), so that a client submitting a run of a graph nobody serves is told
+   at once instead of waiting for ever;
+4. when nothing more can be claimed, block on Redis ``BLPOP keys.WAKE`` (clients push there
    on submit) for at most ``poll_interval`` seconds — Postgres stays the truth, so a lost
    wake-up only delays a run until the next look at the table.
 
@@ -31,22 +36,20 @@ from typing import Any
 import redis
 from celery import Celery
 
-from bulksync import keys
+from bulksync import keys, logs
+from bulksync.checkpoint.base import LeasingSaver
 from bulksync.checkpoint.postgres import PostgresSaver
-from bulksync.coordinator import runs
-from bulksync.coordinator.celery_executor import CeleryExecutor
-from bulksync.coordinator.driver import DriverContext, RunDriver
 from bulksync.coordinator.executor import Executor
-from bulksync.coordinator.runs import RunStore
+from bulksync.retry import redis_client
+from bulksync.service import runs
+from bulksync.service.driver import DriverContext, RunDriver
+from bulksync.service.runs import RunStore
 from bulksync.settings import Settings
-from bulksync.workers.app import make_app
+from bulksync.workers.celery.app import make_app
+from bulksync.workers.celery.executor import CeleryExecutor
 from bulksync.workers.registry import GraphRegistry
 
 log = logging.getLogger("bulksync.coordinator")
-
-DEFAULT_MAX_RUNS = 100
-DEFAULT_HEARTBEAT = 5.0
-DEFAULT_POLL_INTERVAL = 2.0
 
 ExecutorFactory = Callable[[str, Any], Executor]
 """Builds the executor of a graph id (and its compiled graph)."""
@@ -60,30 +63,26 @@ class Coordinator:
         settings: Settings,
         registry: GraphRegistry,
         store: RunStore,
-        saver: PostgresSaver,
+        saver: LeasingSaver,
         *,
         app: Celery | None = None,
         owner: str | None = None,
-        max_runs: int = DEFAULT_MAX_RUNS,
-        heartbeat: float = DEFAULT_HEARTBEAT,
-        stale_after: float | None = None,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
         executor_factory: ExecutorFactory | None = None,
     ) -> None:
-        if max_runs < 1 or heartbeat <= 0 or poll_interval <= 0:
-            raise ValueError("max_runs, heartbeat and poll_interval must be positive")
         self.settings = settings
         self.registry = registry
         self.store = store
         self.saver = saver
         self.app = app
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.max_runs = max_runs
-        self.heartbeat = heartbeat
-        self.stale_after = stale_after if stale_after is not None else 3 * heartbeat
-        self.poll_interval = poll_interval
+        # Settings checked them on creation (positive; stale_after above the heartbeat).
+        self.max_runs = settings.max_runs
+        self.heartbeat = settings.heartbeat
+        self.stale_after = settings.lease_ttl
+        self.poll_interval = settings.poll_interval
         self._executor_factory = executor_factory
-        self.redis = redis.Redis.from_url(settings.redis_url)
+        # Sized by a setting and waiting when busy: every driver streams through this pool.
+        self.redis = redis_client(settings.redis_url, settings.redis_connections)
         self._executors: dict[str, Executor] = {}
         self._drivers: dict[str, tuple[RunDriver, threading.Thread]] = {}
         self._lock = threading.Lock()
@@ -99,6 +98,7 @@ class Coordinator:
             redis=self.redis,
             owner=self.owner,
             lease_ttl=self.stale_after,
+            settings=settings,
             graph_for=registry.get,
             executor_for=self._executor,
             abandoned=self._abandoned,
@@ -118,17 +118,25 @@ class Coordinator:
                 now = time.monotonic()
                 if now >= next_reap:
                     next_reap = now + self.heartbeat
+                    self._guard(self.announce)
                     self._guard(self._take_over)
                 if self._guard(self._claim):
                     continue
                 self._wait()
         finally:
             self._stop.set()  # the heartbeat goes on while drivers finish
+            if not self._abandoned.is_set():  # a crash leaves its claim to lapse
+                self._guard(self._withdraw)
             self._serving = False
             self._stopped.set()
 
     def start(self) -> threading.Thread:
-        """Serve on a background thread (tests, embedding)."""
+        """Serve on a background thread (tests, embedding).
+
+        The graphs are announced before this returns, so a run submitted right after is
+        accepted.
+        """
+        self._guard(self.announce)
         thread = threading.Thread(target=self.serve, name="bulksync-coordinator", daemon=True)
         thread.start()
         return thread
@@ -176,6 +184,15 @@ class Coordinator:
             return False
         claimed = self.store.claim(self.owner, free, self.registry.ids())
         for run in claimed:
+            log.info(
+                "run %s thread %s: claimed by %s (%s of graph %s)",
+                run.run_id,
+                run.thread_id,
+                self.owner,
+                run.kind,
+                run.graph_id,
+                extra=logs.ids(run_id=run.run_id, thread_id=run.thread_id),
+            )
             driver = RunDriver(self.ctx, run)
             thread = threading.Thread(
                 target=self._drive, args=(driver,), name=f"bulksync-run-{run.run_id[:8]}"
@@ -207,12 +224,34 @@ class Coordinator:
             log.warning("coordinator %s: Redis wake-up failed (%s)", self.owner, exc)
             self._stop.wait(self.poll_interval)
 
+    def announce(self) -> None:
+        """Tell clients this coordinator serves its graphs, for the next ``stale_after`` s.
+
+        The serve loop repeats it every heartbeat; call it after adding a graph to the
+        registry of a coordinator that is already serving, to be served at once.
+        """
+        runs.announce(self.redis, self.registry.ids(), self.owner, self.stale_after)
+
+    def _withdraw(self) -> None:
+        runs.withdraw(self.redis, self.registry.ids(), self.owner)
+
     def _take_over(self) -> None:
         """Release stale runs of dead coordinators; finish those whose cancel was asked."""
+        # Heartbeat first: after a database outage longer than stale_after, this
+        # coordinator's own runs look stale too, and must not be taken from it.
+        self._beat_once()
         for run in self.store.take_over_stale(self.stale_after):
-            log.info("run %s: owner stopped heartbeating; now %s", run.run_id, run.status)
+            log.info(
+                "run %s thread %s: its coordinator stopped heartbeating; now %s",
+                run.run_id,
+                run.thread_id,
+                run.status,
+                extra=logs.ids(run_id=run.run_id, thread_id=run.thread_id),
+            )
             if run.status == runs.CANCELLED:
-                runs.add_event(self.redis, run.run_id, runs.END, runs.end_event(run))
+                runs.add_event(
+                    self.redis, run.run_id, runs.END, runs.end_event(run), ttl=self.settings.run_ttl
+                )
 
     def _beat(self) -> None:
         """Heartbeat the runs driven here and renew their leases, until stopped."""
@@ -267,17 +306,33 @@ class Coordinator:
 
 @contextmanager
 def open_coordinator(
-    settings: Settings, registry: GraphRegistry, **options: Any
+    settings: Settings,
+    registry: GraphRegistry,
+    *,
+    app: Celery | None = None,
+    owner: str | None = None,
+    executor_factory: ExecutorFactory | None = None,
 ) -> Iterator[Coordinator]:
     """A coordinator with its own Postgres pool (migrations applied); stopped on exit.
+
+    The pool holds ``settings.db_connections`` connections.
 
     Raises:
         ServiceUnavailableError: Postgres cannot be reached (the URL named).
     """
-    max_runs = int(options.get("max_runs", DEFAULT_MAX_RUNS))
-    with PostgresSaver.from_conn_string(settings.database_url, max_size=min(max_runs, 32) + 4) as s:
+    url, size = settings.database_url, settings.db_connections
+    window = settings.retry_window
+    with PostgresSaver.from_conn_string(url, max_size=size, retry_window=window) as s:
         s.setup()
-        coordinator = Coordinator(settings, registry, RunStore(s.pool), s, **options)
+        coordinator = Coordinator(
+            settings,
+            registry,
+            RunStore(s.pool, retry_window=window),
+            s,
+            app=app,
+            owner=owner,
+            executor_factory=executor_factory,
+        )
         try:
             yield coordinator
         finally:

@@ -1,0 +1,265 @@
+"""What a loop has stored: the checkpoint it stands on, the writes recorded against it.
+
+The ledger is the loop's only contact with the saver. It loads the thread's head (or the
+addressed checkpoint), records each task's writes as pending writes the moment they arrive,
+and commits a checkpoint per step. Under ``durability="exit"`` nothing reaches the saver
+until the run stops, when the last checkpoint and its writes are stored together.
+
+A value is encoded once: a write that arrives as ``Encoded`` (a worker's bytes) is stored
+with those bytes, and becomes its ``LastValue`` channel's blob without being encoded again;
+any other changed channel value is encoded once per new version. The ledger keeps those
+bytes so that the next step's input ships them as they are (``with_bytes``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from bulksync.channels.base import BaseChannel
+from bulksync.channels.last_value import LastValue
+from bulksync.checkpoint.base import (
+    Checkpoint,
+    CheckpointSaver,
+    CheckpointTuple,
+    Encoded,
+    PendingWrite,
+    config_thread,
+    decoded,
+)
+from bulksync.checkpoint.serde import dumps_for
+from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, ERROR, INTERRUPT, RESUME, THREAD_ID
+from bulksync.coordinator import clock
+from bulksync.coordinator.apply import (
+    Stamp,
+    Versions,
+    create_checkpoint,
+    empty_checkpoint,
+    new_versions,
+)
+from bulksync.coordinator.options import RunOptions, checkpoint_metadata
+from bulksync.coordinator.spec import Write
+from bulksync.errors import SerializationError
+
+SPECIAL = (ERROR, INTERRUPT, RESUME)
+"""Pending-write channels whose rows replace a task's earlier rows rather than add to them."""
+
+
+class PendingWrites:
+    """Writes recorded against the current checkpoint, as ``(task id, channel, value)`` rows.
+
+    A task's error, interrupt and resume rows replace its earlier ones. Only the tasks known
+    to have such rows are filtered, so recording a step stays linear in its fan-out.
+    """
+
+    def __init__(self, rows: Iterable[PendingWrite] = ()) -> None:
+        self.rows: list[PendingWrite] = list(rows)
+        self._special = {w[0] for w in self.rows if w[1] in SPECIAL}
+
+    def __iter__(self) -> Iterator[PendingWrite]:
+        return iter(self.rows)
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)
+
+    def add(self, task_id: str, writes: Sequence[Write]) -> None:
+        """Record ``writes`` of ``task_id`` (its special rows replace the earlier ones)."""
+        if task_id in self._special:
+            self.rows = [w for w in self.rows if not (w[0] == task_id and w[1] in SPECIAL)]
+        if any(c in SPECIAL for c, _ in writes):
+            self._special.add(task_id)
+        self.rows.extend((task_id, c, v) for c, v in writes)
+
+    def drop(self, channel: str) -> None:
+        """Forget every row written to ``channel``."""
+        self.rows = [w for w in self.rows if w[1] != channel]
+        self._special = {w[0] for w in self.rows if w[1] in SPECIAL}
+
+    def clear(self) -> None:
+        """Forget every row (a new checkpoint was committed)."""
+        self.rows = []
+        self._special = set()
+
+
+def load_head(
+    saver: CheckpointSaver | None, config: Mapping[str, Any], checkpoint_ns: str, *, nested: bool
+) -> tuple[CheckpointTuple | None, bool]:
+    """The checkpoint a run starts from, and whether the thread has moved past it.
+
+    A root run may address an older checkpoint (``checkpoint_id``: replay or fork); a nested
+    run always starts from its namespace's head.
+    """
+    if saver is None:
+        return None, False
+    config_thread(config)  # a saver needs a thread id
+    conf = dict(config.get("configurable") or {})
+    lookup = {**conf, CHECKPOINT_NS: checkpoint_ns}
+    if nested:
+        lookup.pop(CHECKPOINT_ID, None)
+    saved = saver.get_tuple({"configurable": lookup})
+    if not lookup.get(CHECKPOINT_ID) or saved is None:
+        return saved, False
+    head = saver.get_tuple(
+        {"configurable": {k: v for k, v in lookup.items() if k != CHECKPOINT_ID}}
+    )
+    return saved, head is not None and head.checkpoint.id != saved.checkpoint.id
+
+
+class Ledger:
+    """The checkpoint a loop stands on, its pending writes, and the saver I/O for both."""
+
+    def __init__(
+        self,
+        saver: CheckpointSaver | None,
+        options: RunOptions,
+        saved: CheckpointTuple | None,
+        *,
+        checkpoint_ns: str,
+        parents: Mapping[str, str],
+    ) -> None:
+        self.saver = saver
+        self.options = options
+        self.parents = dict(parents)
+        thread_id = (options.config.get("configurable") or {}).get(THREAD_ID)
+        self.config: dict[str, Any] = {
+            "configurable": {THREAD_ID: thread_id, CHECKPOINT_NS: checkpoint_ns}
+        }
+        self.parent_config: dict[str, Any] | None = None
+        if saved is not None:
+            self.checkpoint: Checkpoint = saved.checkpoint
+            self.metadata: dict[str, Any] = dict(saved.metadata)
+            self.pending = PendingWrites(saved.pending_writes)
+            self.config = saved.config
+            self.parent_config = saved.parent_config
+        else:
+            self.checkpoint = empty_checkpoint(clock.stamp(0))
+            self.metadata = {"step": -2}
+            self.pending = PendingWrites()
+        self._saved_versions = dict(self.checkpoint.channel_versions)
+        # Bytes already made for values the loop holds, so none is encoded twice: this step's
+        # encoded writes by channel, and each channel's stored value at its version.
+        self._write_bytes: dict[str, list[Encoded]] = {}
+        self._channel_bytes: dict[str, tuple[Any, Encoded]] = {}
+
+    @property
+    def durable(self) -> bool:
+        """Whether writes and checkpoints reach the saver as they happen."""
+        return self.saver is not None and self.options.durability != "exit"
+
+    def commit(
+        self,
+        source: str,
+        channels: Mapping[str, BaseChannel[Any, Any]],
+        versions: Versions,
+        step: int,
+        updated_channels: set[str] | None,
+    ) -> None:
+        """Make the checkpoint of ``step`` from the channels; store it unless durability waits.
+
+        ``source="exit"`` rewrites the last checkpoint in place (same id and metadata) to
+        store it at the end of a ``durability="exit"`` run.
+        """
+        exiting = source == "exit"
+        if not exiting:
+            self.metadata = checkpoint_metadata(self.options.config, source, step, self.parents)
+        self.checkpoint = create_checkpoint(
+            self.checkpoint,
+            channels,
+            versions,
+            updated_channels,
+            # The exit checkpoint stores the last step's checkpoint under its own id.
+            stamp=Stamp(self.checkpoint.id, clock.now()) if exiting else clock.stamp(step),
+        )
+        if self.saver is not None and (exiting or self.durable):
+            changed = new_versions(self._saved_versions, self.checkpoint.channel_versions)
+            self._saved_versions = dict(self.checkpoint.channel_versions)
+            self.parent_config = (
+                self.config if self.config["configurable"].get(CHECKPOINT_ID) else None
+            )
+            stored = self._stored_checkpoint(channels, changed)
+            self.config = self.saver.put(self.config, stored, self.metadata, changed)
+        elif not exiting:
+            self.parent_config = self.config
+            self.config = {
+                "configurable": {**self.config["configurable"], CHECKPOINT_ID: self.checkpoint.id}
+            }
+
+    def record(
+        self, task_id: str, task_path: str, writes: Sequence[Write], node: str
+    ) -> list[Write]:
+        """Add a task's writes to the pending writes, and store them when durable.
+
+        A value may be ``Encoded`` (a worker's bytes): the saver stores those bytes as they
+        are; the pending writes, and the writes returned, hold the decoded value.
+
+        Raises:
+            SerializationError: a value the saver cannot store, naming ``node`` and the channel.
+        """
+        plain = [(c, decoded(v)) for c, v in writes]
+        self.pending.add(task_id, plain)
+        if not self.durable or not self.config["configurable"].get(CHECKPOINT_ID):
+            # Without a checkpoint yet (a Command input on a new thread) there is nothing to
+            # record the writes against: they stay in memory, as without a saver.
+            return plain
+        for chan, value in writes:  # their bytes may become the channel's blob
+            if isinstance(value, Encoded):
+                self._write_bytes.setdefault(chan, []).append(value)
+        self._put_writes(task_id, task_path, writes, node, plain)
+        return plain
+
+    def with_bytes(self, chan: str, value: Any, version: Any) -> Any:
+        """``value``, or the ``Encoded`` stored for it when the channel has not changed since."""
+        known = self._channel_bytes.get(chan)
+        if known is None or known[0] != version:
+            return value
+        return known[1] if known[1].holds(value) else value
+
+    def _stored_checkpoint(
+        self, channels: Mapping[str, BaseChannel[Any, Any]], changed: Mapping[str, Any]
+    ) -> Checkpoint:
+        """The checkpoint as the saver gets it: each changed channel's value encoded once.
+
+        A ``LastValue`` channel holding a write of this step stores that write's bytes (a
+        worker's, never decoded and encoded again); any other changed value (a reducer's
+        result) is encoded here, once per new version. Both are kept for the next step.
+        """
+        assert self.saver is not None
+        written, self._write_bytes = self._write_bytes, {}
+        values = dict(self.checkpoint.channel_values)
+        for chan in changed:
+            if chan not in values:
+                continue
+            value = values[chan]
+            found = None
+            if isinstance(channels.get(chan), LastValue):
+                found = next((e for e in written.get(chan, ()) if e.holds(value)), None)
+            encoded = found if found is not None else Encoded.of(self.saver.serde, value)
+            values[chan] = encoded
+            self._channel_bytes[chan] = (self.checkpoint.channel_versions.get(chan), encoded)
+        return dataclasses.replace(self.checkpoint, channel_values=values)
+
+    def store_at_exit(self, paths: Mapping[str, str]) -> None:
+        """Store every pending write of a ``durability="exit"`` run (``paths``: by task id)."""
+        by_task: dict[str, list[Write]] = {}
+        for tid, chan, value in self.pending:
+            by_task.setdefault(tid, []).append((chan, value))
+        assert self.saver is not None
+        for tid, writes in by_task.items():
+            self.saver.put_writes(self.config, writes, tid, paths.get(tid, ""))
+
+    def _put_writes(
+        self,
+        task_id: str,
+        task_path: str,
+        writes: Sequence[Write],
+        node: str,
+        plain: Sequence[Write],
+    ) -> None:
+        assert self.saver is not None
+        try:
+            self.saver.put_writes(self.config, writes, task_id, task_path)
+        except SerializationError as exc:
+            for chan, value in plain:  # raises naming the first channel that cannot be stored
+                dumps_for(self.saver.serde, value, node=node, channel=chan)
+            raise SerializationError(f"node '{node}': {exc}") from exc

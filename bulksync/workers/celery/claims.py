@@ -1,0 +1,255 @@
+"""Task claims: one live runner per task, kept alive by heartbeats, its loss noticed.
+
+A worker **claims** a task's slot before running it (``SET NX`` with a lease, in one script
+that also counts the delivery and checks the run's cancel flag and the slot's result), and a
+heartbeat thread of its process renews the lease of every claim it holds while the tasks run
+— however long they run, so a long task is never taken for lost. A second delivery of a task
+whose claim is live acknowledges its message and leaves: its pool slot stays free for other
+work, and if the claim's holder dies the coordinator dispatches the task again (below), so
+nothing waits on the duplicate. A claim whose worker died expires with its lease; one held by
+a dead process of the same host (a pool process killed mid-task) is taken over at once.
+
+The coordinator's side (:class:`ClaimWatch`, one per dispatched step) looks at the claims of
+its unfinished tasks every claim heartbeat (``Settings.claim_interval``):
+
+- a task started since it was last published (its delivery count grew), with no live claim
+  and no result, has lost its worker: it is published again, unless it has already started
+  ``max_deliveries`` times — then it fails with ``WorkerLostError`` (a poison task). It must be
+  seen so twice in a row: a worker reports a result to the inbox before it drops its claim,
+  and the gatherer reads the inbox between two looks, so a task that just finished is never
+  taken for lost;
+- a task never started ``unstarted_grace`` seconds after it was published (its message may
+  be lost) is published again, the grace doubling each time so that a long queue is not
+  flooded with copies. Publishing again is idempotent: the copies share the task's slot, and
+  its claim and first-result-wins keep the effect single.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+import redis
+
+from bulksync import keys
+from bulksync.settings import Settings
+
+log = logging.getLogger(__name__)
+
+HELD: Final = 0
+"""``claim``: another live worker holds the task's claim; leave it be."""
+POISONED: Final = -1
+"""``claim``: the task started ``max_deliveries`` times without finishing; fail it."""
+CANCELLED: Final = -2
+"""``claim``: the task's run was cancelled; run nothing more of it."""
+KNOWN: Final = -3
+"""``claim``: the task already has a result; report it, run nothing."""
+
+# KEYS: claim, deliveries, cancel flag, result. ARGV: token, lease ms, max deliveries, count TTL.
+# Returns the delivery number (> 0) when claimed, else one of the verdicts above. A poisoned
+# slot's count is reset: a retry of the run gets its attempts afresh.
+_CLAIM_LUA: Final = """
+if redis.call('EXISTS', KEYS[3]) == 1 then return -2 end
+if redis.call('EXISTS', KEYS[4]) == 1 then return -3 end
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
+local n = tonumber(redis.call('GET', KEYS[2]) or '0')
+if n >= tonumber(ARGV[3]) then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  return -1
+end
+n = redis.call('INCR', KEYS[2])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return n
+"""
+
+# KEYS: claims. ARGV: token, lease ms. Renew only claims this process still holds.
+_RENEW_LUA: Final = """
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then redis.call('PEXPIRE', key, ARGV[2]) end
+end
+return 0
+"""
+
+# KEYS: claim. ARGV: token. Drop the claim if it is still this process's.
+_RELEASE_LUA: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class ClaimKeeper:
+    """The claims one worker process holds, and the heartbeat thread that renews them."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.redis = client
+        self.settings = settings
+        self.token = f"{os.uname().nodename}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._held: dict[str, int] = {}  # claim key -> tasks of this process holding it
+        self._lock = threading.Lock()
+        self._beating = False
+
+    def claim(self, slot: str, run_id: str) -> int:
+        """Claim ``slot`` for this process: the delivery number (> 0), or a verdict.
+
+        A claim held by a process of this host that no longer exists (a pool process killed
+        mid-task, whose worker put the message back at once) is taken over at once rather
+        than after its lease.
+        """
+        verdict = self._claim(slot, run_id)
+        if verdict == HELD and self._drop_dead(slot):
+            verdict = self._claim(slot, run_id)
+        return verdict
+
+    def _claim(self, slot: str, run_id: str) -> int:
+        lease_ms = max(1, int(self.settings.claim_lease * 1000))
+        verdict = self.redis.eval(
+            _CLAIM_LUA,
+            4,
+            keys.claim(slot),
+            keys.deliveries(slot),
+            keys.cancel(run_id),
+            keys.result(slot),
+            self.token,
+            lease_ms,
+            self.settings.max_deliveries,
+            self.settings.result_ttl,
+        )
+        return int(verdict)
+
+    def _drop_dead(self, slot: str) -> bool:
+        """Drop ``slot``'s claim if a dead process of this host holds it; True if dropped."""
+        key = keys.claim(slot)
+        holder = self.redis.get(key)
+        if not isinstance(holder, bytes):
+            return True  # released meanwhile: claim again
+        host, _, rest = holder.decode(errors="replace").partition(":")
+        pid = rest.partition(":")[0]
+        if host != os.uname().nodename or not pid.isdigit() or _alive(int(pid)):
+            return False
+        return bool(self.redis.eval(_RELEASE_LUA, 1, key, holder))
+
+    @contextlib.contextmanager
+    def held(self, slot: str) -> Iterator[None]:
+        """Keep ``slot``'s claim alive while the block runs; drop it after."""
+        key = keys.claim(slot)
+        with self._lock:
+            self._held[key] = self._held.get(key, 0) + 1
+            if not self._beating:
+                self._beating = True
+                threading.Thread(target=self._beat, name="bulksync-claims", daemon=True).start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                left = self._held.pop(key) - 1
+                if left:
+                    self._held[key] = left
+            try:
+                self.redis.eval(_RELEASE_LUA, 1, key, self.token)
+            except redis.RedisError as exc:  # the lease runs out on its own
+                log.warning("could not release claim %s: %s", key, exc)
+
+    def _beat(self) -> None:
+        lease_ms = max(1, int(self.settings.claim_lease * 1000))
+        while True:
+            time.sleep(self.settings.claim_interval)  # the heartbeat's period, not a poll
+            with self._lock:
+                held = list(self._held)
+            if not held:
+                continue
+            try:
+                self.redis.eval(_RENEW_LUA, len(held), *held, self.token, lease_ms)
+            except redis.RedisError as exc:  # the next beat tries again, well within the lease
+                log.warning("could not renew %d task claims: %s", len(held), exc)
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Survey:
+    """What one look at a step's claims found: tasks to publish again, and poison tasks."""
+
+    republish: list[str]
+    lost: list[str]
+    poisoned: dict[str, int]  # task id -> times it started
+
+
+class ClaimWatch:
+    """The coordinator's eye on a step's unfinished tasks: lost workers, lost messages."""
+
+    def __init__(self, settings: Settings, slots: dict[str, str]) -> None:
+        self.settings = settings
+        self.slots = slots
+        now = time.monotonic()
+        self._published = dict.fromkeys(slots, now)
+        self._grace = dict.fromkeys(slots, settings.unstarted_grace)
+        self._starts = dict.fromkeys(slots, 0)  # deliveries counted when last published
+        self._suspects: set[str] = set()
+        self._next = now + settings.claim_interval
+
+    def due(self) -> bool:
+        """Whether it is time for another look."""
+        return time.monotonic() >= self._next
+
+    def remaining(self) -> float:
+        """Seconds until the next look is due (0 when it is)."""
+        return max(0.0, self._next - time.monotonic())
+
+    def survey(self, client: redis.Redis, pending: Iterable[str]) -> Survey:
+        """Look at the claims, counts and results of ``pending`` tasks; say what to do."""
+        now = time.monotonic()
+        self._next = now + self.settings.claim_interval
+        ids = sorted(pending)
+        if not ids:
+            return Survey([], [], {})
+        pipe = client.pipeline(transaction=False)
+        pipe.mget([keys.claim(self.slots[t]) for t in ids])
+        pipe.mget([keys.deliveries(self.slots[t]) for t in ids])
+        pipe.mget([keys.result(self.slots[t]) for t in ids])
+        claims, counts, results = pipe.execute()
+        republish: list[str] = []
+        lost: list[str] = []
+        poisoned: dict[str, int] = {}
+        suspects: set[str] = set()
+        started = {t: int(c or 0) for t, c in zip(ids, counts, strict=True)}
+        for task_id, claim, result in zip(ids, claims, results, strict=True):
+            starts = started[task_id]
+            if claim is not None or result is not None:
+                continue
+            if starts > self._starts[task_id]:
+                if task_id not in self._suspects:
+                    suspects.add(task_id)  # seen once: wait for the inbox to be read
+                elif starts >= self.settings.max_deliveries:
+                    poisoned[task_id] = starts
+                else:
+                    lost.append(task_id)
+            elif now - self._published[task_id] >= self._grace[task_id]:
+                republish.append(task_id)
+                self._grace[task_id] *= 2
+        self._suspects = suspects
+        for task_id in [*republish, *lost]:
+            self._published[task_id] = now
+            self._starts[task_id] = started[task_id]
+        return Survey(republish, lost, poisoned)
+
+
+def forget(client: redis.Redis, slots: Iterable[str]) -> Any:
+    """Reset the delivery counts of ``slots`` (a failed poison task: a retry starts afresh)."""
+    names = [keys.deliveries(s) for s in slots]
+    return client.delete(*names) if names else 0

@@ -1,0 +1,511 @@
+"""The cluster executor: a step's tasks as Celery messages, their results gathered from Redis.
+
+``submit`` puts the step into Redis once (the claim check: one hash with the shared state
+and each task's input), publishes the tasks over one producer connection — a node's small
+Send tasks several per message — and hands the step to the executor's one gatherer
+(``gatherer.py``), which blocks on every live step's inbox at once (``BLPOP``; no polling,
+no connection held per step) and delivers results and custom events in arrival order. Tasks
+that already have a recorded result (a coordinator restarted mid-step) are delivered from
+Redis instead of running again. Storing the step is retried through a Redis outage of up to
+``retry_window`` seconds.
+
+A task that runs longer than its node's timeout (``add_node(..., timeout=)``, else the executor's
+default; counted from when a worker starts it, not while it waits in a queue) is delivered
+as ``TaskTimeoutError`` and its message revoked; the worker's hard time limit stops it.
+Cancelling a run (``service.cancel.cancel_run``) wakes every live step of the run: their
+unfinished tasks are delivered as ``TaskCancelledError`` and revoked, and workers skip the
+run's remaining tasks. If Redis restarts or loses the step's keys, the gatherer waits for it to
+come back and dispatches the step's unfinished tasks again (results that survived count).
+A task whose worker died (its claim expired: ``claims.py``) or that was never started within
+``unstarted_grace`` is published again; one whose worker died ``max_deliveries`` times fails
+with ``WorkerLostError``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+from celery import Celery
+
+from bulksync import keys, logs
+from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
+from bulksync.coordinator.plan import Task
+from bulksync.coordinator.spec import GraphSpec
+from bulksync.errors import (
+    GraphBubbleUp,
+    TaskCancelledError,
+    TaskTimeoutError,
+    UnknownGraphError,
+    WorkerLostError,
+)
+from bulksync.retry import is_transient_redis, redis_client, retry
+from bulksync.settings import Settings
+from bulksync.workers import wire
+from bulksync.workers.celery.app import make_app
+from bulksync.workers.celery.claims import ClaimWatch, forget
+from bulksync.workers.celery.gatherer import Gatherer
+from bulksync.workers.celery.node_task import MESSAGE_HEADER
+from bulksync.workers.registry import task_name, walk_specs
+
+log = logging.getLogger(__name__)
+
+
+def batch_size(count: int, settings: Settings) -> int:
+    """Tasks per message for a fan-out of ``count`` tasks of one node.
+
+    About ``settings.target_messages`` messages (fewer for small fan-outs), at most
+    ``settings.max_batch`` tasks in each.
+    """
+    return max(1, min(settings.max_batch, math.ceil(count / settings.target_messages)))
+
+
+class CeleryExecutor:
+    """Runs each step's tasks on Celery workers that loaded the same graph.
+
+    ``graph_id`` is how workers know the graph (``pkg.module:attr``, as given to
+    ``bulksync worker --graph``); ``graph`` is the compiled graph this process runs.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        graph_id: str,
+        graph: Any,
+        *,
+        app: Celery | None = None,
+        default_timeout: float | None = None,
+    ) -> None:
+        self.settings = settings
+        self.graph_id = graph_id
+        self.app = app or make_app(settings)
+        self.default_timeout = default_timeout or settings.task_timeout
+        # One pool for every run this process drives, sized by a setting; a call finding it
+        # busy waits. The gatherer holds one connection, whatever the number of steps.
+        self.redis = redis_client(settings.redis_url, settings.redis_connections)
+        self.gatherer = Gatherer(self.redis, settings)
+        self._paths = {id(spec): path for path, spec in walk_specs(graph)}
+
+    def submit(
+        self,
+        spec: GraphSpec,
+        step: StepInput,
+        live: StepLive,
+        tasks: Sequence[Task],
+        deliver: Callable[[TaskResult], None],
+    ) -> CeleryStep:
+        """Publish ``tasks``; a gatherer thread delivers their results as they arrive."""
+        path = self._paths.get(id(spec))
+        if path is None:
+            raise UnknownGraphError(
+                f"graph '{spec.name}' is not part of '{self.graph_id}'; give each graph its "
+                "own CeleryExecutor."
+            )
+        run_id = str(step.config.get("run_id") or "")
+        handle = CeleryStep(self, spec, step, live, tasks, deliver, run_id)
+        handle.start(path)
+        return handle
+
+
+class CeleryStep:
+    """One dispatched step: its Redis keys, its messages and its gatherer."""
+
+    def __init__(
+        self,
+        executor: CeleryExecutor,
+        spec: GraphSpec,
+        step: StepInput,
+        live: StepLive,
+        tasks: Sequence[Task],
+        deliver: Callable[[TaskResult], None],
+        run_id: str,
+    ) -> None:
+        self.ex = executor
+        self.spec = spec
+        self.step = step
+        self.live = live
+        self.tasks = {t.id: t for t in tasks}
+        self.deliver = deliver
+        self.run_id = run_id
+        self.thread = str((step.config.get("configurable") or {}).get("thread_id") or "")
+        self.key = uuid.uuid4().hex
+        self.inbox = keys.inbox(self.key)
+        self.last_seen = time.monotonic()  # when the gatherer last heard from the step
+        self.pending = set(self.tasks)
+        self.slots: dict[str, str] = {}
+        self.messages: dict[str, list[str]] = {}  # Celery message id -> task ids
+        self._probed: list[str] = []
+        self.deadlines: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    # -- dispatch ---------------------------------------------------------------------
+
+    def start(self, path: tuple[str, ...]) -> None:
+        """Store the step, deliver known results, publish the rest, start gathering."""
+        self.path = path
+        self.slots = {t: wire.slot(t, self.step) for t in self.tasks}
+        self.watch = ClaimWatch(self.ex.settings, self.slots)
+        self._dispatch(list(self.tasks))
+        self.ex.gatherer.add(self)
+
+    def _retry(self, call: Callable[[], Any], what: str) -> Any:
+        """``call()``, retried while Redis is unreachable (up to ``retry_window`` s)."""
+        return retry(
+            call,
+            transient=is_transient_redis,
+            window=self.ex.settings.retry_window,
+            what=f"step {self.key}: {what}",
+        )
+
+    def _dispatch(self, ids: list[str]) -> None:
+        """Store the step for ``ids``, deliver those with a result, publish the others."""
+        r = self.ex.redis
+        result_keys = [keys.result(self.slots[t]) for t in ids]
+        known: list[Any] = self._retry(lambda: r.mget(result_keys), "read results") if ids else []
+        todo = [self.tasks[t] for t, res in zip(ids, known, strict=True) if res is None]
+        mapping: dict[Any, Any] = {keys.STATE_FIELD: wire.dumps_state(self.step)}
+        mapping.update({keys.task_input_field(t.id): wire.dumps_input(t.input, t) for t in todo})
+        batches = self._batches(todo)
+        # A batch's descriptors ride in the step hash too: a message stays small at any width.
+        mapping.update(
+            {
+                keys.batch_field(m): wire.dumps_descs([self._describe(t) for t in c])
+                for _, m, c in batches
+                if len(c) > 1
+            }
+        )
+
+        def store() -> list[Any]:  # every command sets a value: running it twice is harmless
+            pipe = r.pipeline(transaction=False)
+            pipe.hset(keys.step(self.key), mapping=mapping)
+            pipe.expire(keys.step(self.key), self.ex.settings.step_ttl)
+            if self.run_id:
+                pipe.sadd(keys.run_inboxes(self.run_id), self.inbox)
+                pipe.expire(keys.run_inboxes(self.run_id), self.ex.settings.run_ttl)
+                pipe.exists(keys.cancel(self.run_id))
+            return pipe.execute()
+
+        stored = self._retry(store, "store the step")
+        cancelled = bool(stored[-1]) if self.run_id else False
+        for res in known:
+            if res is not None:
+                self._deliver(wire.loads_result(res))
+        if cancelled:
+            self.cancel()
+        elif batches:
+            self._publish(self.path, batches)
+            self._log_dispatch(todo, len(batches))
+
+    def _log_dispatch(self, todo: list[Task], messages: int) -> None:
+        nodes: dict[str, int] = defaultdict(int)
+        for task in todo:
+            nodes[task.name] += 1
+        named = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in sorted(nodes.items()))
+        where = f" of subgraph {'|'.join(self.step.namespace)}" if self.step.namespace else ""
+        ids = [t.id for t in todo]
+        log.info(
+            "run %s thread %s: step %d%s dispatched %d tasks in %d messages (nodes %s; tasks %s)",
+            self.run_id or "-",
+            self.thread or "-",
+            todo[0].step,
+            where,
+            len(todo),
+            messages,
+            named,
+            " ".join(ids[:8]) + (f" +{len(ids) - 8}" if len(ids) > 8 else ""),
+            extra=logs.ids(run_id=self.run_id, thread_id=self.thread, step=todo[0].step),
+        )
+
+    def _describe(self, task: Task) -> wire.TaskDescriptor:
+        return wire.TaskDescriptor.of(task, self.slots[task.id])
+
+    def _batches(self, todo: list[Task]) -> list[tuple[str, str, list[Task]]]:
+        """``(node, message id, tasks)`` per message: a node's Send tasks several at a time."""
+        by_node: dict[str, list[Task]] = defaultdict(list)
+        for task in todo:
+            by_node[task.name].append(task)
+        out = []
+        for node, group in by_node.items():
+            size = batch_size(len(group), self.ex.settings) if group[0].is_push else 1
+            for i in range(0, len(group), size):
+                out.append((node, uuid.uuid4().hex, group[i : i + size]))
+        return out
+
+    def _publish(self, path: tuple[str, ...], batches: list[tuple[str, str, list[Task]]]) -> None:
+        thread = (self.step.config.get("configurable") or {}).get("thread_id", "")
+        with self.ex.app.producer_or_acquire() as producer:
+            for node, message_id, chunk in batches:
+                spec = self.spec.nodes[node]
+                timeout = spec.timeout or self.ex.default_timeout
+                with self._lock:
+                    self.messages[message_id] = [t.id for t in chunk]
+                descs: Any = (
+                    keys.batch_field(message_id)
+                    if len(chunk) > 1
+                    else [self._describe(t).pack() for t in chunk]
+                )
+                self.ex.app.send_task(
+                    task_name(self.ex.graph_id, path, node),
+                    args=[self.ex.graph_id, list(path), self.key, self.run_id, timeout, descs],
+                    task_id=message_id,
+                    queue=spec.queue or self.ex.settings.queue,
+                    producer=producer,
+                    headers={MESSAGE_HEADER: self.ex.graph_id},
+                    argsrepr=_describe(self.run_id, thread, chunk),
+                    kwargsrepr="{}",
+                    time_limit=(timeout * len(chunk) + 10) if timeout else None,
+                )
+
+    # -- gather (called by the executor's gatherer) -----------------------------------------
+
+    def receive(self, entries: Sequence[bytes]) -> None:
+        """Handle entries the gatherer took from the inbox, in order."""
+        self.last_seen = time.monotonic()
+        for entry in entries:
+            self._handle(entry)
+
+    def is_open(self) -> bool:
+        """Whether some task still owes a result (and the step was not cancelled)."""
+        return self._open()
+
+    def wait_hint(self) -> float:
+        """Seconds until the next task deadline or claim survey (``idle_wait`` at most)."""
+        return min(self._next_deadline_wait(), self.watch.remaining())
+
+    def expire(self) -> None:
+        """Deliver the tasks whose deadline passed as timed out; when the claims are due,
+        dispatch again the tasks whose worker or message was lost."""
+        self._expire()
+        self._watch_claims(self.ex.redis)
+
+    def probe(self, pipe: Any) -> None:
+        """Queue: does the step hash exist, is the inbox empty, which results are recorded."""
+        with self._lock:
+            self._probed = sorted(self.pending)
+        pipe.exists(keys.step(self.key))
+        pipe.llen(self.inbox)
+        # MGET needs a key; a step with no pending task is ignored by settle() anyway.
+        pipe.mget([keys.result(self.slots[t]) for t in self._probed] or [self.inbox])
+
+    def settle(self, replies: list[Any]) -> None:
+        """Dispatch again if the keys are gone; deliver results that never reached the inbox.
+
+        A result only counts while the inbox is empty: otherwise its own report, with the
+        custom events before it, is still on the way.
+        """
+        exists, queued, found = replies
+        if not self._open():
+            return
+        if not exists:
+            self._recover()
+            return
+        if queued:
+            return
+        stray = [wire.loads_result(res) for res in found if res is not None]
+        if stray:
+            log.warning(
+                "step %s: %d results recorded but not reported to its inbox; delivering them",
+                self.key,
+                len(stray),
+            )
+        for result in stray:
+            self._deliver(result)
+
+    def drop_keys(self, pipe: Any) -> None:
+        """Queue the deletion of the finished step's keys."""
+        pipe.delete(keys.step(self.key), self.inbox)
+        if self.run_id:
+            pipe.srem(keys.run_inboxes(self.run_id), self.inbox)
+
+    def _recover(self) -> None:
+        """The step's keys are gone (Redis restarted or lost them): dispatch it again.
+
+        Results that survived are delivered from their slots; the other unfinished tasks
+        are published again (a task still running elsewhere records under the same slot,
+        and the first result wins).
+        """
+        with self._lock:
+            left = sorted(self.pending)
+        log.warning(
+            "step %s: its Redis state is gone; dispatching %d unfinished tasks again",
+            self.key,
+            len(left),
+        )
+        self._dispatch(left)
+
+    # -- lost workers, lost messages (claims.py) ----------------------------------------
+
+    def _watch_claims(self, r: redis.Redis) -> None:
+        """Every claim heartbeat: dispatch again the tasks whose worker or message was lost,
+        and fail the tasks that lost their worker ``max_deliveries`` times."""
+        if not self._open() or not self.watch.due():
+            return
+        with self._lock:
+            pending = set(self.pending)
+        found = self.watch.survey(r, pending)
+        for task_id, attempts in found.poisoned.items():
+            error = WorkerLostError(self.tasks[task_id].name, task_id, attempts)
+            log.error("step %s: %s", self.key, error)
+            forget(r, [self.slots[task_id]])
+            self._deliver(TaskResult(task_id, error=error))
+        if found.lost:
+            log.warning(
+                "step %s: the workers of %d tasks died (their claims expired); dispatching "
+                "them again: %s",
+                self.key,
+                len(found.lost),
+                ", ".join(found.lost),
+            )
+        if found.republish:
+            log.warning(
+                "step %s: %d tasks not started after their grace period (a lost message?); "
+                "publishing them again: %s",
+                self.key,
+                len(found.republish),
+                ", ".join(found.republish),
+            )
+        again = [self.tasks[t] for t in [*found.lost, *found.republish]]
+        if again:
+            self._republish(r, again)
+
+    def _republish(self, r: redis.Redis, tasks: list[Task]) -> None:
+        """Publish ``tasks`` again; the step hash already holds their inputs."""
+        batches = self._batches(tasks)
+        fields = {
+            keys.batch_field(m): wire.dumps_descs([self._describe(t) for t in c])
+            for _, m, c in batches
+            if len(c) > 1
+        }
+        if not r.exists(keys.step(self.key)):
+            return  # Redis lost the step: the gatherer's recovery dispatches it whole
+        if fields:
+            r.hset(keys.step(self.key), mapping=fields)  # type: ignore[arg-type]
+        self._publish(self.path, batches)
+
+    def _open(self) -> bool:
+        with self._lock:
+            return bool(self.pending) and not self._stopped
+
+    def _handle(self, entry: bytes) -> None:
+        kind, data = entry[:1], entry[1:]
+        if kind == wire.RESULT:
+            self._deliver(wire.loads_result(data))
+        elif kind == wire.STARTED:
+            self._started(data.decode())
+        elif kind == wire.EVENT:
+            self.live.sink(*wire.loads_event(data))
+        elif kind == wire.CANCEL:
+            self.cancel()
+
+    def _deliver(self, result: TaskResult) -> None:
+        with self._lock:
+            if result.task_id not in self.pending:
+                return
+            self.pending.discard(result.task_id)
+        # A cancelled task was asked for (the run's end says so); a bubble-up is control flow.
+        if result.error is not None and not isinstance(
+            result.error, GraphBubbleUp | TaskCancelledError
+        ):
+            self._log_failure(result.task_id, result.error)
+        self.deliver(result)
+
+    def _log_failure(self, task_id: str, error: BaseException) -> None:
+        task = self.tasks[task_id]
+        log.warning(
+            "run %s thread %s step %d node %s task %s failed: %s: %s",
+            self.run_id or "-",
+            self.thread or "-",
+            task.step,
+            task.name,
+            task_id,
+            type(error).__name__,
+            (str(error).splitlines() or [""])[0],
+            extra=logs.ids(
+                run_id=self.run_id,
+                thread_id=self.thread,
+                step=task.step,
+                node=task.name,
+                task_id=task_id,
+            ),
+        )
+
+    def _started(self, task_id: str) -> None:
+        task = self.tasks.get(task_id)
+        if task is None:
+            return
+        timeout = self.spec.nodes[task.name].timeout or self.ex.default_timeout
+        if timeout:
+            with self._lock:
+                self.deadlines.setdefault(task_id, time.monotonic() + timeout)
+
+    def _next_deadline_wait(self) -> float:
+        with self._lock:
+            live = [self.deadlines[t] for t in self.pending if t in self.deadlines]
+        if not live:
+            return self.ex.settings.idle_wait
+        return max(0.01, min(live) - time.monotonic())
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            late = [t for t in self.pending if self.deadlines.get(t, math.inf) <= now]
+        if not late:
+            return
+        self._revoke(late)
+        for task_id in late:
+            task = self.tasks[task_id]
+            limit = self.spec.nodes[task.name].timeout or self.ex.default_timeout
+            self._deliver(
+                TaskResult(
+                    task_id,
+                    error=TaskTimeoutError(
+                        f"node '{task.name}': task {task_id} ran longer than its {limit:g}s "
+                        "timeout; raise it with add_node(..., timeout=) or "
+                        "BULKSYNC_TASK_TIMEOUT, or look for a hung call in the node."
+                    ),
+                )
+            )
+
+    # -- cancel -----------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Revoke the unfinished tasks and deliver them as cancelled."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            left = sorted(self.pending)
+        self._revoke(left, terminate=True)
+        for task_id in left:
+            self._deliver(TaskResult(task_id, error=TaskCancelledError(task_id)))
+        wake = self.ex.redis.pipeline(transaction=False)
+        wake.rpush(keys.inbox(self.key), wire.CANCEL)  # wake the gatherer
+        wake.expire(keys.inbox(self.key), self.ex.settings.step_ttl)
+        wake.execute()
+
+    def _revoke(self, task_ids: Sequence[str], *, terminate: bool = False) -> None:
+        wanted = set(task_ids)
+        with self._lock:
+            ids = [m for m, tids in self.messages.items() if wanted.intersection(tids)]
+        if ids:
+            # terminate: a prefork worker stops the process running the message, freeing its
+            # slot (thread pools cannot; their workers skip the run's remaining tasks).
+            self.ex.app.control.revoke(ids, terminate=terminate)
+
+
+def _describe(run_id: str, thread: str, chunk: Sequence[Task]) -> str:
+    """What Flower shows for a message: ids, never the state."""
+    first = chunk[0]
+    tasks = first.id if len(chunk) == 1 else f"{first.id} +{len(chunk) - 1}"
+    return (
+        f"run={run_id or '-'} thread={thread or '-'} step={first.step} node={first.name} "
+        f"task={tasks}"
+    )

@@ -1,0 +1,192 @@
+"""One gatherer per executor: a thread that blocks on every live step's inbox at once.
+
+A step's tasks report to its inbox (``keys.inbox``). Rather than one thread and one held
+Redis connection per waiting step (a thousand runs would need a thousand connections, past
+any pool's cap), an executor's :class:`Gatherer` runs one ``BLPOP`` over all live inboxes,
+plus a wake-up list (``keys.gatherer_wake``) that a joining step pushes to, so the next
+``BLPOP`` includes its inbox. The inboxes are listed in a rotating order, since ``BLPOP``
+serves the first non-empty list it is given: no busy step starves another.
+
+**Nothing taken is lost.** An entry taken by ``BLPOP`` is handed to its step before anything
+else is asked of Redis; the rest of that inbox is drained after, and a failure there leaves
+the rest in Redis for the next turn. A reply lost with its connection (Redis pops the entry,
+the socket drops before it arrives) cannot be taken back, so every ``idle_wait`` seconds the
+gatherer probes the steps it heard nothing from in that time: a result recorded in its slot
+(``keys.result``) but never seen in the inbox is delivered from there (first result wins, so
+a duplicate changes nothing), and a step whose keys Redis lost is dispatched again.
+
+Redis errors are logged and retried after ``reconnect_wait`` seconds, for as long as steps
+wait: an outage delays a step, it never fails one. The thread ends when no step is left and
+starts again with the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import redis
+
+from bulksync import keys
+from bulksync.retry import is_transient_redis, retry
+from bulksync.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Gathered(Protocol):
+    """What a gatherer needs of a step in flight (``CeleryStep``)."""
+
+    inbox: str
+    last_seen: float
+
+    def receive(self, entries: Sequence[bytes]) -> None:
+        """Handle entries taken from the inbox, in order."""
+
+    def is_open(self) -> bool:
+        """Whether some task still owes a result (and the step was not cancelled)."""
+
+    def wait_hint(self) -> float:
+        """Seconds until the step's next task deadline (``idle_wait`` when it has none)."""
+
+    def expire(self) -> None:
+        """Deliver the tasks whose deadline passed as timed out."""
+
+    def probe(self, pipe: Any) -> None:
+        """Queue on ``pipe`` the reads that tell whether a quiet step lost something."""
+
+    def settle(self, replies: list[Any]) -> None:
+        """Act on the replies to ``probe``: deliver stray results, dispatch lost keys again."""
+
+    def drop_keys(self, pipe: Any) -> None:
+        """Queue on ``pipe`` the deletion of the finished step's keys."""
+
+
+class Gatherer:
+    """Gathers the reports of every step an executor has in flight, on one thread."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        self.redis = client
+        self.settings = settings
+        self.wake_key = keys.gatherer_wake(uuid.uuid4().hex)
+        self._steps: dict[str, Gathered] = {}  # by inbox key
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._turn = 0
+
+    def add(self, step: Gathered) -> None:
+        """Gather ``step``'s inbox from now on (its keys are stored already)."""
+        with self._lock:
+            self._steps[step.inbox] = step
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="bulksync-gatherer", daemon=True
+                )
+                self._thread.start()
+                return  # a new thread lists the inbox in its first BLPOP
+        retry(
+            self._wake,
+            transient=is_transient_redis,
+            window=self.settings.retry_window,
+            what="waking the gatherer",
+        )
+
+    @property
+    def steps(self) -> int:
+        """How many steps are gathered now."""
+        with self._lock:
+            return len(self._steps)
+
+    def _wake(self) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.rpush(self.wake_key, b"1")
+        pipe.expire(self.wake_key, self.settings.step_ttl)
+        pipe.execute()
+
+    def _run(self) -> None:
+        next_probe = time.monotonic() + self.settings.idle_wait
+        while True:
+            steps = self._close_finished()
+            if not steps:
+                with self._lock:
+                    if not self._steps:  # checked under the lock add() starts threads under
+                        self._thread = None
+                        return
+                continue
+            try:
+                self._turn_once(steps, next_probe)
+                for step in steps:
+                    step.expire()
+                if time.monotonic() >= next_probe:
+                    self._probe(steps)
+                    next_probe = time.monotonic() + self.settings.idle_wait
+            except redis.RedisError as exc:
+                if not is_transient_redis(exc):
+                    raise
+                log.warning("gatherer: Redis unreachable (%s); retrying", exc)
+                time.sleep(self.settings.reconnect_wait)  # reconnect backoff, not a poll
+            except Exception:  # a bug in one step's handling must not stall all the others
+                log.exception("gatherer: handling a report failed")
+
+    def _turn_once(self, steps: list[Gathered], next_probe: float) -> None:
+        """Block until some inbox has an entry (or a deadline or probe is due); handle it."""
+        wait = min([s.wait_hint() for s in steps] + [next_probe - time.monotonic()])
+        wait = max(0.01, min(wait, self.settings.idle_wait))
+        self._turn = (self._turn + 1) % len(steps)
+        inboxes = [s.inbox for s in steps[self._turn :] + steps[: self._turn]]
+        item: Any = self.redis.blpop([self.wake_key, *inboxes], timeout=wait)
+        if item is None:
+            return
+        name = item[0].decode()
+        if name == self.wake_key:
+            # Every step added before this wake-up is listed by the next BLPOP: the other
+            # wake-ups queued meanwhile say nothing new.
+            self.redis.delete(self.wake_key)
+            return
+        with self._lock:
+            step = self._steps.get(name)
+        if step is None:
+            return
+        step.receive([item[1]])  # first, so no later failure can lose what BLPOP took
+        rest: Any = self.redis.lpop(name, self.settings.drain_size)
+        if rest:
+            step.receive(rest)
+
+    def _probe(self, steps: list[Gathered]) -> None:
+        """Ask Redis, in one round trip, about every step quiet for ``idle_wait`` seconds."""
+        now = time.monotonic()
+        quiet = [s for s in steps if s.is_open() and now - s.last_seen >= self.settings.idle_wait]
+        if not quiet:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        sizes = []
+        for step in quiet:
+            before = len(pipe)
+            step.probe(pipe)
+            sizes.append(len(pipe) - before)
+        replies = pipe.execute()
+        at = 0
+        for step, size in zip(quiet, sizes, strict=True):
+            step.settle(replies[at : at + size])
+            at += size
+
+    def _close_finished(self) -> list[Gathered]:
+        """Drop the steps that owe nothing more (and their Redis keys); the others."""
+        with self._lock:
+            done = [s for s in self._steps.values() if not s.is_open()]
+            for step in done:
+                del self._steps[step.inbox]
+            left = list(self._steps.values())
+        if done:
+            try:
+                pipe = self.redis.pipeline(transaction=False)
+                for step in done:
+                    step.drop_keys(pipe)
+                pipe.execute()
+            except redis.RedisError as exc:  # the keys expire on their own
+                log.warning("gatherer: could not drop the keys of %d steps (%s)", len(done), exc)
+        return left

@@ -1,0 +1,338 @@
+"""The Celery side of a node task: read the step by reference, run, record the first result.
+
+One Celery message carries one or more tasks of one node (small Send tasks are batched),
+as ``[graph id, subgraph path, step key, run id, timeout, [task descriptor, …]]``. For each task the
+worker reads the step's shared input (once per step per process: it is cached) and the
+task's input from the step hash, runs it with ``remote.RemoteStep`` (bytes in, bytes out:
+the part any transport shares), and records the result with one atomic script: the first
+result for a task id is kept, and whichever delivery arrives reports *that* result to the
+step's inbox. A task that already has a result is not run again, and a task runs only under
+its claim (``claims.py``): a second delivery of a task a live worker runs leaves it be.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import redis
+from celery import Celery
+
+from bulksync import keys, logs
+from bulksync.coordinator.executor import TaskResult
+from bulksync.coordinator.spec import GraphSpec
+from bulksync.errors import NodeFailedError, TaskTimeoutError, UnknownGraphError, WorkerLostError
+from bulksync.retry import is_transient_redis, retry
+from bulksync.settings import Settings
+from bulksync.workers import wire
+from bulksync.workers.celery import claims
+from bulksync.workers.registry import GraphRegistry, task_name, walk_specs
+from bulksync.workers.remote import RemoteStep
+
+log = logging.getLogger(__name__)
+
+MESSAGE_HEADER: Final = "bulksync"
+"""Header marking a message as a bulksync node-task message (its value: the graph id)."""
+
+# KEYS: result key, inbox, step hash. ARGV: result, result TTL, step TTL, keep ("1"/"0").
+# Keep the first result unless told not to (an error: the same slot must run again when the
+# run is retried); report the kept one to this delivery's inbox while its step lives.
+_RECORD_LUA: Final = """
+local kept = redis.call('GET', KEYS[1])
+if not kept then
+  kept = ARGV[1]
+  if ARGV[4] == '1' then
+    redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+  end
+end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('RPUSH', KEYS[2], 'r' .. kept)
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+end
+return kept == ARGV[1] and 1 or 0
+"""
+
+
+class WorkerRuntime:
+    """What the node tasks of this process share: the graphs, Redis, a cache of step inputs."""
+
+    def __init__(self, registry: GraphRegistry, settings: Settings) -> None:
+        self.registry = registry
+        self.settings = settings
+        self.redis_url = settings.redis_url
+        self._clients: dict[int, redis.Redis] = {}
+        self._states: OrderedDict[str, RemoteStep] = OrderedDict()
+        self._claims: dict[int, claims.ClaimKeeper] = {}
+        self._lock = threading.Lock()
+
+    def redis(self) -> redis.Redis:
+        """This process's Redis client (a pool forked from a parent is never reused)."""
+        pid = os.getpid()
+        client = self._clients.get(pid)
+        if client is None:
+            client = redis.Redis.from_url(self.redis_url)
+            self._clients = {pid: client}
+        return client
+
+    def run_message(
+        self,
+        graph_id: str,
+        path: Sequence[str],
+        step_key: str,
+        run_id: str,
+        timeout: float | None,
+        descs: list[Any] | str,
+    ) -> int:
+        """Run the tasks of one message; return how many ran here (not cancelled or known).
+
+        ``descs`` lists the task descriptors, or names the step-hash field holding them.
+        """
+        spec = self.registry.spec(graph_id, path)
+        r = self.redis()
+        descs = self.descriptors(step_key, descs)
+
+        def read() -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            pipe.exists(keys.cancel(run_id))
+            pipe.hmget(
+                keys.step(step_key),
+                [keys.STATE_FIELD, *(keys.task_input_field(d.id) for d in descs)],
+            )
+            pipe.mget([keys.result(d.slot) for d in descs])
+            return pipe.execute()
+
+        cancelled, fields, known = self._retry(read, f"reading step {step_key}")
+        if cancelled or fields[0] is None:
+            return 0  # the run was cancelled, or the step is over: nobody waits for results
+        step = self._state(step_key, spec, fields[0])
+
+        def sink(namespace: Sequence[str], mode: str, chunk: Any) -> None:
+            event = wire.EVENT + wire.dumps_event(namespace, mode, chunk)
+            r.rpush(keys.inbox(step_key), event)
+
+        live = step.live(sink)
+        ran = 0
+        failed: list[tuple[wire.TaskDescriptor, BaseException]] = []
+        for desc, data, result in zip(descs, fields[1:], known, strict=True):
+            if result is not None:
+                self.record(step_key, desc.slot, result)
+                continue
+            verdict = self.claims().claim(desc.slot, run_id)
+            if verdict == claims.CANCELLED:
+                break  # cancelled mid-batch: the rest of the batch is not run
+            if verdict <= 0:
+                self._unclaimed(step_key, desc, verdict)
+                continue
+            with self.claims().held(desc.slot):
+                if timeout:  # the coordinator's clock for this task starts now
+                    self._report_started(step_key, desc.id)
+                began = time.monotonic()
+                outcome = step.run(desc, data, live)
+                self.record(step_key, desc.slot, outcome.data, keep=outcome.keep)
+            ran += 1
+            error = outcome.error or _overtime(desc, timeout, time.monotonic() - began)
+            if error is not None:
+                failed.append((desc, error))
+        if failed:  # every result is recorded: now Celery (and Flower) may see a FAILURE
+            raise _failure(run_id, _thread_of(step), len(descs), failed) from failed[0][1]
+        return ran
+
+    def claims(self) -> claims.ClaimKeeper:
+        """This process's task claims and their heartbeat (never shared with a parent)."""
+        pid = os.getpid()
+        keeper = self._claims.get(pid)
+        if keeper is None:
+            keeper = claims.ClaimKeeper(self.redis(), self.settings)
+            self._claims = {pid: keeper}
+        return keeper
+
+    def _unclaimed(self, step_key: str, desc: wire.TaskDescriptor, verdict: int) -> None:
+        """A task this delivery may not run: report what is known of it, or nothing."""
+        if verdict == claims.KNOWN:  # finished since the message was read
+            result = self.redis().get(keys.result(desc.slot))
+            if isinstance(result, bytes):
+                self.record(step_key, desc.slot, result)
+        elif verdict == claims.POISONED:
+            attempts = self.settings.max_deliveries
+            error = WorkerLostError(desc.node, desc.id, attempts)
+            log.error("%s", error)
+            data = wire.dumps_result(TaskResult(desc.id, error=error), desc.node)
+            self.record(step_key, desc.slot, data, keep=False)
+        # HELD: a live worker runs it; its result reaches the step, or the coordinator
+        # notices the claim expire and dispatches the task again.
+
+    def descriptors(self, step_key: str, descs: list[Any] | str) -> list[wire.TaskDescriptor]:
+        """The descriptors a message carries, read from the step hash when it names them."""
+        if not isinstance(descs, str):
+            return [wire.TaskDescriptor.unpack(d) for d in descs]
+        data = self.redis().hget(keys.step(step_key), descs)
+        return wire.loads_descs(data) if isinstance(data, bytes) else []  # None: step over
+
+    def record(self, step_key: str, slot: str, result: bytes, *, keep: bool = True) -> bool:
+        """Report ``result`` unless the slot has one (then report that); keep it if ``keep``.
+
+        An error is reported but not kept: a retry of the run must run the task again, as
+        in-process runs do. True if ``result`` is the one reported.
+        """
+        r = self.redis()
+        kept = self._retry(  # first result wins: recording twice reports the same one
+            lambda: r.eval(
+                _RECORD_LUA,
+                3,
+                keys.result(slot),
+                keys.inbox(step_key),
+                keys.step(step_key),
+                result,
+                self.settings.result_ttl,
+                self.settings.step_ttl,
+                "1" if keep else "0",
+            ),
+            f"recording the result of {slot}",
+        )
+        return bool(kept)
+
+    def _report_started(self, step_key: str, task_id: str) -> None:
+        """Tell the coordinator the task's clock starts now."""
+        r, entry = self.redis(), wire.STARTED + task_id.encode()
+        self._retry(lambda: r.rpush(keys.inbox(step_key), entry), "reporting a start")
+
+    def _retry(self, call: Callable[[], Any], what: str) -> Any:
+        """``call()``, retried through a Redis outage of up to ``retry_window`` seconds, so a
+        task that ran is not lost (its message is acknowledged whatever happens)."""
+        return retry(
+            call, transient=is_transient_redis, window=self.settings.retry_window, what=what
+        )
+
+    def reject_unknown(self, message: Any) -> bool:
+        """Answer a bulksync message for a graph or node not loaded here with an error result.
+
+        Raises:
+            ValueError: the message does not carry a node task's arguments (say which).
+        """
+        graph_id = (message.headers or {}).get(MESSAGE_HEADER)
+        if not graph_id:
+            return False
+        args = _node_args(message)
+        step_key, descs = args[2], self.descriptors(args[2], args[5])
+        error = UnknownGraphError(
+            f"no worker task '{message.headers.get('task')}': graph '{graph_id}' is not loaded "
+            f"by this worker (loaded: {', '.join(self.registry.ids()) or 'none'}); start the "
+            f"worker with --graph {graph_id}, from the same version of the module."
+        )
+        log.error("%s", error)
+        for desc in descs:
+            result = wire.dumps_result(TaskResult(desc.id, error=error), desc.node)
+            self.record(step_key, desc.slot, result, keep=False)
+        return True
+
+    def _state(self, step_key: str, spec: GraphSpec, data: bytes) -> RemoteStep:
+        with self._lock:
+            state = self._states.get(step_key)
+            if state is not None:
+                self._states.move_to_end(step_key)
+                return state
+        state = RemoteStep(spec, data)
+        with self._lock:
+            self._states[step_key] = state
+            while len(self._states) > self.settings.state_cache_size:
+                self._states.popitem(last=False)
+        return state
+
+
+def _node_args(message: Any) -> list[Any]:
+    """The arguments of a node-task message, checked for shape (the descriptors are checked
+    as they are read)."""
+    body = message.decode()
+    args = body[0] if isinstance(body, list | tuple) and body else None
+    if not isinstance(args, list | tuple) or len(args) != 6:
+        count = len(args) if isinstance(args, list | tuple) else "no"
+        raise ValueError(f"{count} arguments where a node task has 6 (graph id, path, step, …)")
+    if not isinstance(args[2], str) or not isinstance(args[5], list | str):
+        raise ValueError("the step key or the task descriptors have the wrong type")
+    return list(args)
+
+
+def _thread_of(step: RemoteStep) -> str:
+    return str((step.input.config.get("configurable") or {}).get("thread_id") or "-")
+
+
+def _overtime(desc: wire.TaskDescriptor, timeout: float | None, took: float) -> Exception | None:
+    """The timeout error of a task that finished after its limit (the coordinator has
+    delivered ``TaskTimeoutError`` for it by then, and ignores its late result)."""
+    if not timeout or took <= timeout:
+        return None
+    return TaskTimeoutError(
+        f"node '{desc.node}': task {desc.id} ran {took:.1f}s, longer than its {timeout:g}s timeout"
+    )
+
+
+def _failure(
+    run_id: str, thread: str, count: int, failed: list[tuple[wire.TaskDescriptor, BaseException]]
+) -> NodeFailedError:
+    """Log each failed task with its ids; the error that fails the Celery task.
+
+    It names the first failed task; raised from that task's error, Celery's log line
+    carries the node's own traceback.
+    """
+    for desc, error in failed:
+        log.error(
+            "run %s thread %s step %d node %s task %s failed: %s: %s",
+            run_id or "-",
+            thread,
+            desc.step,
+            desc.node,
+            desc.id,
+            type(error).__name__,
+            error,
+            extra=logs.ids(
+                run_id=run_id, thread_id=thread, step=desc.step, node=desc.node, task_id=desc.id
+            ),
+        )
+    desc, error = failed[0]
+    more = f" ({len(failed)} of the message's {count} tasks failed)" if len(failed) > 1 else ""
+    return NodeFailedError(
+        f"node '{desc.node}' failed: {type(error).__name__}: {error} "
+        f"[run={run_id or '-'} thread={thread} step={desc.step} task={desc.id}]{more}"
+    )
+
+
+_runtime: WorkerRuntime | None = None
+
+
+def current_runtime() -> WorkerRuntime | None:
+    """The runtime installed in this process, if any."""
+    return _runtime
+
+
+def install(app: Celery, runtime: WorkerRuntime) -> list[str]:
+    """Register a Celery task per node of every loaded graph; return their names."""
+    global _runtime
+    _runtime = runtime
+    names = []
+    for graph_id in runtime.registry.ids():
+        for path, spec in walk_specs(runtime.registry.get(graph_id)):
+            for node in spec.nodes:
+                name = task_name(graph_id, path, node)
+                if name not in app.tasks:
+                    app.task(name=name, shared=False)(_node_task)
+                names.append(name)
+    return names
+
+
+def _node_task(
+    graph_id: str,
+    path: list[str],
+    step_key: str,
+    run_id: str,
+    timeout: float | None,
+    descs: list[Any] | str,
+) -> int:
+    runtime = current_runtime()
+    if runtime is None:
+        raise RuntimeError("bulksync worker runtime is not installed in this process")
+    return runtime.run_message(graph_id, path, step_key, run_id, timeout, descs)

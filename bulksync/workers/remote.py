@@ -1,0 +1,78 @@
+"""Running a node task on a remote worker, whatever carried it there: bytes in, bytes out.
+
+A cluster executor stores a step's input once (``wire.dumps_state``) and ships each task as a
+descriptor plus its encoded input; the worker side — a Celery task today, a Ray actor
+tomorrow — hands those bytes here with the graph spec it loaded and a sink for the task's
+stream events, and gets back the encoded result to record. Transport concerns (where the
+bytes are read from, how a result is recorded once, caching) stay with the caller.
+
+``RemoteStep`` decodes a step's input once for all the tasks a process runs of it (the
+caller may cache it per step); ``run_encoded`` does the whole round for one task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bulksync.context import NullResume
+from bulksync.coordinator.executor import StepInput, StepLive, StreamSink
+from bulksync.coordinator.spec import GraphSpec
+from bulksync.errors import GraphBubbleUp
+from bulksync.workers import wire
+from bulksync.workers.execute import run_task
+from bulksync.workers.local import LocalExecutor
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EncodedResult:
+    """A task's encoded result, and whether it is kept (an error is reported, not kept: a
+    retry of the run must run the task again)."""
+
+    data: bytes
+    keep: bool
+    error: BaseException | None = None
+    """The error the result carries (the node's, or an unencodable value's), for the
+    transport to report as a failed task; ``None`` for writes and for interrupts."""
+
+
+class RemoteStep:
+    """One step as a worker sees it: its input decoded once from the coordinator's bytes."""
+
+    def __init__(self, spec: GraphSpec, data: bytes) -> None:
+        self.spec = spec
+        self.input: StepInput = wire.loads_state(data)
+
+    def live(self, sink: StreamSink) -> StepLive:
+        """What the tasks of one delivery share that cannot travel.
+
+        A graph invoked inside a node runs on this worker's threads and streams to ``sink``.
+        It has no saver: checkpoints stay with the coordinator, so such a graph checkpoints
+        only if it was compiled with a checkpointer of its own.
+        """
+        return StepLive(sink, NullResume(self.input.null_resume), LocalExecutor())
+
+    def run(
+        self, desc: wire.TaskDescriptor, task_input: bytes | None, live: StepLive
+    ) -> EncodedResult:
+        """Run the task ``desc`` names on its encoded input; its encoded result."""
+        task = desc.task(wire.loads_input(task_input))
+        outcome = run_task(self.spec, task, self.input, live)
+        data, error = wire.encode_result(outcome, task.name)
+        if isinstance(error, GraphBubbleUp):  # a parent command: control flow, not a failure
+            return EncodedResult(data, False)
+        return EncodedResult(data, error is None, error)
+
+
+def run_encoded(
+    spec: GraphSpec,
+    step: bytes,
+    desc: bytes,
+    task_input: bytes | None,
+    sink: StreamSink,
+) -> bytes:
+    """Run one task from its bytes (step input, descriptor, task input); its encoded result.
+
+    ``task_input`` is ``None`` for a task with nothing to read.
+    """
+    remote = RemoteStep(spec, step)
+    return remote.run(wire.loads_descriptor(desc), task_input, remote.live(sink)).data

@@ -1,0 +1,155 @@
+"""The executor's one gatherer, on a scripted Redis: nothing taken from an inbox is lost."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+import redis
+
+from bulksync.settings import Settings
+from bulksync.workers.celery.gatherer import Gatherer
+
+WAIT = 10.0
+"""Longest a test waits for the gatherer's thread (a liveness bound)."""
+
+
+class FakePipe:
+    """Records commands; ``execute`` runs them on the fake."""
+
+    def __init__(self, owner: ScriptedRedis) -> None:
+        self.owner = owner
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *args, **_: self.calls.append((name, args))
+
+    def execute(self) -> list[Any]:
+        self.owner.executed.extend(self.calls)
+        return [None for _ in self.calls]
+
+
+class ScriptedRedis:
+    """``blpop``/``lpop`` answer from scripts (a callable per call; an exception is raised)."""
+
+    def __init__(self, blpops: list[Any], lpops: list[Any]) -> None:
+        self.blpops = blpops
+        self.lpops = lpops
+        self.executed: list[tuple[str, tuple[Any, ...]]] = []
+        self.lock = threading.Lock()
+
+    def _next(self, script: list[Any]) -> Any:
+        with self.lock:
+            answer = script.pop(0) if script else None
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def blpop(self, names: Sequence[str], timeout: float) -> Any:
+        answer = self._next(self.blpops)
+        if answer is None:
+            time.sleep(min(timeout, 0.01))
+        return answer
+
+    def lpop(self, name: str, count: int) -> Any:
+        return self._next(self.lpops)
+
+    def delete(self, *names: str) -> int:
+        return 0
+
+    def pipeline(self, transaction: bool = False) -> FakePipe:
+        return FakePipe(self)
+
+
+class FakeStep:
+    """A step owing ``owed`` entries; it closes once it received them all."""
+
+    def __init__(self, inbox: str, owed: int) -> None:
+        self.inbox = inbox
+        self.last_seen = time.monotonic()
+        self.owed = owed
+        self.received: list[bytes] = []
+        self.closed = threading.Event()
+
+    def receive(self, entries: Sequence[bytes]) -> None:
+        self.received.extend(entries)
+        if len(self.received) >= self.owed:
+            self.closed.set()
+
+    def is_open(self) -> bool:
+        return not self.closed.is_set()
+
+    def wait_hint(self) -> float:
+        return 0.05
+
+    def expire(self) -> None:
+        pass
+
+    def probe(self, pipe: Any) -> None:
+        pipe.exists(self.inbox)
+
+    def settle(self, replies: list[Any]) -> None:
+        pass
+
+    def drop_keys(self, pipe: Any) -> None:
+        pipe.delete(self.inbox)
+
+
+def gatherer(fake: ScriptedRedis) -> Gatherer:
+    settings = Settings(idle_wait=0.05, reconnect_wait=0.01)
+    return Gatherer(fake, settings)  # type: ignore[arg-type]
+
+
+def wait_closed(step: FakeStep) -> None:
+    assert step.closed.wait(WAIT), f"step got only {step.received}"
+
+
+def test_an_entry_taken_by_blpop_survives_a_failing_drain() -> None:
+    """The bug: BLPOP took an entry, the LPOP after it failed, and the entry was dropped."""
+    fake = ScriptedRedis(
+        blpops=[(b"inbox:a", b"first"), None, (b"inbox:a", b"second")],
+        lpops=[redis.ConnectionError("connection reset"), None],
+    )
+    step = FakeStep("inbox:a", owed=2)
+    g = gatherer(fake)
+    g.add(step)
+    wait_closed(step)
+    assert step.received == [b"first", b"second"]
+
+
+def test_one_thread_gathers_many_steps_and_drops_their_keys_when_done() -> None:
+    fake = ScriptedRedis(
+        blpops=[(b"inbox:a", b"a1"), (b"inbox:b", b"b1")],
+        lpops=[[b"a2"], None],
+    )
+    a, b = FakeStep("inbox:a", owed=2), FakeStep("inbox:b", owed=1)
+    g = gatherer(fake)
+    g.add(a)
+    g.add(b)
+    wait_closed(a)
+    wait_closed(b)
+    assert a.received == [b"a1", b"a2"]
+    assert b.received == [b"b1"]
+    deadline = time.monotonic() + WAIT
+    while g.steps and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert g.steps == 0
+    deleted = {args[0] for name, args in fake.executed if name == "delete"}
+    assert deleted == {"inbox:a", "inbox:b"}
+
+
+@pytest.mark.parametrize(
+    "error", [redis.ConnectionError("refused"), redis.TimeoutError("timed out")]
+)
+def test_redis_errors_delay_a_step_and_never_end_the_gatherer(error: Exception) -> None:
+    fake = ScriptedRedis(blpops=[error, error, (b"inbox:a", b"late")], lpops=[])
+    step = FakeStep("inbox:a", owed=1)
+    gatherer(fake).add(step)
+    wait_closed(step)
+    assert step.received == [b"late"]
