@@ -55,13 +55,19 @@ class NullResume:
             () if value is None else (value,), maxlen=1
         )
         self._parent = parent
+        self.taken = False
+        """Whether ``take`` ever returned a value through this level (its own or a parent's):
+        a task's own level tells the coordinator that the task consumed the answer."""
 
     def take(self) -> Any:
         """Consume and return the value (or the parent's); ``None`` when none is left."""
         try:
-            return self._value.popleft()
+            value = self._value.popleft()
         except IndexError:
-            return self._parent.take() if self._parent is not None else None
+            value = self._parent.take() if self._parent is not None else None
+        if value is not None:
+            self.taken = True
+        return value
 
     def peek(self) -> Any:
         """The value without consuming it."""

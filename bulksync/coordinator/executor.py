@@ -38,6 +38,10 @@ class TaskResult:
     writes: tuple[Write, ...] = ()
     error: BaseException | None = None
     interrupts: tuple[Interrupt, ...] = ()
+    took_null_resume: bool = False
+    """Whether the task consumed the run-wide ``Command(resume=v)`` answer. A worker consumes
+    its own copy of it, so the loop consumes the run's answer when it records the result:
+    the next question is not answered with it again."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

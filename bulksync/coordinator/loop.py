@@ -300,7 +300,10 @@ class SuperstepLoop:
         results: queue.Queue[TaskResult] = queue.Queue()
         plain = [t for t in todo if self.spec.nodes[t.name].subgraph is None]
         step_input = self._step_input()
-        live = StepLive(self.sink, self.null_resume, self.executor, self.saver)
+        # The step's tasks share one copy of the run-wide answer (a worker gets its own); the
+        # run's answer is consumed below when a task reports it took its copy.
+        answer = self.null_resume.peek()
+        live = StepLive(self.sink, NullResume(answer), self.executor, self.saver)
         handle = (
             self.executor.submit(self.spec, step_input, live, plain, results.put) if plain else None
         )
@@ -310,6 +313,9 @@ class SuperstepLoop:
         failure: BaseException | None = None
         for _ in todo:
             result = results.get()
+            if result.took_null_resume and answer is not None:
+                self.null_resume.take()
+                answer = None
             if failure is not None and isinstance(result.error, TaskCancelledError):
                 continue  # stopped because of the failure: it never ran, nothing to record
             error = self._record(self.tasks[result.task_id], result)
@@ -391,21 +397,27 @@ class SuperstepLoop:
         subgraph = node.subgraph
         assert subgraph is not None, f"node '{node.name}' is not a subgraph node"
         reader = StateReader(self.spec, step)
+        # The task's own level over the step's answer: it records whether the child took it.
+        own = NullResume(None, live.null_resume)
+        child_live = dataclasses.replace(live, null_resume=own)
+
+        def finish(result: TaskResult) -> None:
+            deliver(dataclasses.replace(result, took_null_resume=own.taken))
 
         def body() -> None:
             try:
-                outcome = run_child(subgraph, task.input, step, live, task.checkpoint_ns)
-                deliver(TaskResult(task.id, tuple(node.writer(outcome.output, reader))))
+                outcome = run_child(subgraph, task.input, step, child_live, task.checkpoint_ns)
+                finish(TaskResult(task.id, tuple(node.writer(outcome.output, reader))))
             except GraphInterrupt as exc:
-                deliver(TaskResult(task.id, (), interrupts=exc.interrupts))
+                finish(TaskResult(task.id, (), interrupts=exc.interrupts))
             except ParentCommand as exc:
                 try:
                     writes = apply_parent_command(node, task, exc, reader)
-                    deliver(TaskResult(task.id, tuple(writes)))
+                    finish(TaskResult(task.id, tuple(writes)))
                 except BaseException as err:
-                    deliver(TaskResult(task.id, (), error=err))
+                    finish(TaskResult(task.id, (), error=err))
             except BaseException as exc:
-                deliver(TaskResult(task.id, (), error=exc))
+                finish(TaskResult(task.id, (), error=exc))
 
         threading.Thread(target=body, name=f"bulksync-sub-{task.name}", daemon=True).start()
 

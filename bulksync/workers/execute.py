@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from bulksync.constants import CHECKPOINT_NS, RESUME
-from bulksync.context import Scratchpad, TaskContext, task_context
+from bulksync.context import NullResume, Scratchpad, TaskContext, task_context
 from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.reader import StateReader, apply_parent_command
@@ -73,6 +73,8 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
     """Run ``task`` of ``spec`` to a result (writes, error or interrupts); never raises."""
     node = spec.nodes[task.name]
     read = StateReader(spec, step)
+    # The task's own level over the step's answer: it records whether this task took it.
+    null_resume = NullResume(None, live.null_resume)
     attempt = 0
     while True:
         attempt += 1
@@ -82,7 +84,7 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
             step=task.step,
             stop=step.stop,
             resume=resume_answers(task, step),
-            null_resume=live.null_resume,
+            null_resume=null_resume,
         )
         ctx = TaskContext(
             config=task_config(step, task),
@@ -93,17 +95,24 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
         )
         try:
             writes = _attempt(node, task, ctx, read)
-            return TaskResult(task.id, tuple(_last_resume(resumes) + writes))
+            return TaskResult(
+                task.id, tuple(_last_resume(resumes) + writes), took_null_resume=null_resume.taken
+            )
         except GraphInterrupt as exc:
-            return TaskResult(task.id, tuple(_last_resume(resumes)), interrupts=exc.interrupts)
+            return TaskResult(
+                task.id,
+                tuple(_last_resume(resumes)),
+                interrupts=exc.interrupts,
+                took_null_resume=null_resume.taken,
+            )
         except ParentCommand as exc:
-            return TaskResult(task.id, (), error=exc)
+            return TaskResult(task.id, (), error=exc, took_null_resume=null_resume.taken)
         except Exception as exc:
             policy = next((p for p in node.retry_policy if p.should_retry(exc)), None)
             if policy is None or attempt >= policy.max_attempts:
                 # The error keeps its type; the note (LangGraph's words) names node and task.
                 exc.add_note(f"During task with name '{task.name}' and id '{task.id}'")
-                return TaskResult(task.id, (), error=exc)
+                return TaskResult(task.id, (), error=exc, took_null_resume=null_resume.taken)
             time.sleep(policy.delay(attempt))  # retry backoff
 
 

@@ -275,21 +275,30 @@ def encode_result(result: TaskResult, node: str) -> tuple[bytes, BaseException |
     parts = [(node, "(interrupt value)", i.value) for i in result.interrupts]
     try:
         writes = [[chan, value_bytes(value, node, chan)] for chan, value in result.writes]
-        record = [result.task_id, writes, _error_record(result.error), list(result.interrupts)]
+        record = [
+            result.task_id,
+            writes,
+            _error_record(result.error),
+            list(result.interrupts),
+            result.took_null_resume,
+        ]
         return _dumps_located(record, parts), result.error
     except SerializationError as exc:
-        return SERDE.dumps([result.task_id, [], _error_record(exc), []]), exc
+        record = [result.task_id, [], _error_record(exc), [], result.took_null_resume]
+        return SERDE.dumps(record), exc
 
 
 def loads_result(data: bytes) -> TaskResult:
     """Decode a task result written by ``dumps_result``; write values stay ``Encoded`` (their
     bytes kept for storage, decoded on first use)."""
-    task_id, writes, error, interrupts = SERDE.loads(data)
+    # A result from a worker older than the null-resume flag has four fields.
+    task_id, writes, error, interrupts, *took_null_resume = SERDE.loads(data)
     return TaskResult(
         task_id,
         tuple((chan, Encoded(value, SERDE)) for chan, value in writes),
         error=None if error is None else _rebuild_error(error),
         interrupts=tuple(i for i in interrupts if isinstance(i, Interrupt)),
+        took_null_resume=any(took_null_resume),
     )
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from bulksync.channels.base import MISSING
 from bulksync.checkpoint.base import Encoded
-from bulksync.constants import PULL, PUSH, TASKS
+from bulksync.constants import PULL, PUSH, RESUME, TASKS
 from bulksync.coordinator.executor import Nesting, StepInput, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.errors import (
@@ -218,6 +218,16 @@ def test_result_with_sends_commands_and_interrupts_round_trips() -> None:
 def test_empty_result_round_trips() -> None:
     result = TaskResult("task-2")
     assert wire.loads_result(wire.dumps_result(result, "work")) == result
+
+
+def test_a_taken_null_resume_travels_with_the_result() -> None:
+    result = TaskResult("task-2", writes=((RESUME, ["yes"]),), took_null_resume=True)
+    assert wire.loads_result(wire.dumps_result(result, "ask")).took_null_resume
+
+
+def test_a_result_from_an_older_worker_took_no_null_resume() -> None:
+    old = wire.SERDE.dumps(["task-2", [], None, []])  # four fields, before the flag
+    assert wire.loads_result(old) == TaskResult("task-2")
 
 
 def test_unencodable_write_becomes_a_serialization_error_naming_node_and_channel() -> None:
