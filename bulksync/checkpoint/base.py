@@ -327,6 +327,28 @@ def before_id(before: Mapping[str, Any] | None) -> str | None:
     return None if checkpoint_id is None else str(checkpoint_id)
 
 
+def list_where(
+    config: Mapping[str, Any] | None, before: Mapping[str, Any] | None, placeholder: str
+) -> tuple[str, list[Any]]:
+    """The SQL ``WHERE`` clause (and its parameters) selecting checkpoints for ``list``'s
+    config and ``before`` arguments, or ``get_tuple``'s config; ``placeholder`` is the
+    driver's parameter marker (``%s`` for psycopg, ``?`` for sqlite3)."""
+    where = "1 = 1"
+    params: list[Any] = []
+    if config is not None:
+        thread_id, ns, checkpoint_id = config_thread(config)
+        where += f" AND thread_id = {placeholder} AND checkpoint_ns = {placeholder}"
+        params += [thread_id, ns]
+        if checkpoint_id is not None:
+            where += f" AND checkpoint_id = {placeholder}"
+            params.append(checkpoint_id)
+    before_checkpoint = before_id(before)
+    if before_checkpoint is not None:
+        where += f" AND checkpoint_id < {placeholder}"
+        params.append(before_checkpoint)
+    return where, params
+
+
 def metadata_matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
     """Whether every key of ``filter`` has the same value in ``metadata``."""
     return not filter or all(metadata.get(k) == v for k, v in filter.items())

@@ -37,8 +37,6 @@ from typing import Any
 from psycopg import Connection
 from psycopg.rows import tuple_row
 
-from bulksync.checkpoint.base import before_id, config_thread
-
 LEASE_LOST_SQLSTATE = "BSL01"
 """Raised by ``bulksync_check_lease`` when the lease has another token (detail: that token)."""
 
@@ -216,26 +214,6 @@ RENEW_SQL = """UPDATE bulksync_thread_leases SET expires_at = now() + make_inter
     WHERE thread_id = %s AND owner = %s AND token = %s RETURNING token"""
 RELEASE_SQL = """UPDATE bulksync_thread_leases SET expires_at = '-infinity'
     WHERE thread_id = %s AND owner = %s AND token = %s"""
-
-
-def list_where(
-    config: Mapping[str, Any] | None, before: Mapping[str, Any] | None
-) -> tuple[str, list[Any]]:
-    """The ``WHERE`` clause for ``list``'s config and ``before`` arguments."""
-    where = "TRUE"
-    params: list[Any] = []
-    if config is not None:
-        thread_id, ns, checkpoint_id = config_thread(config)
-        where += " AND thread_id = %s AND checkpoint_ns = %s"
-        params += [thread_id, ns]
-        if checkpoint_id is not None:
-            where += " AND checkpoint_id = %s"
-            params.append(checkpoint_id)
-    before_checkpoint = before_id(before)
-    if before_checkpoint is not None:
-        where += " AND checkpoint_id < %s"
-        params.append(before_checkpoint)
-    return where, params
 
 
 _NUMBER_SQL = (

@@ -68,6 +68,7 @@ from bulksync.checkpoint.base import (
     checkpoint_config,
     config_thread,
     keyset_pages,
+    list_where,
     write_rows,
     writes_sort_key,
 )
@@ -210,13 +211,8 @@ class PostgresSaver:
 
     def get_tuple(self, config: Mapping[str, Any]) -> CheckpointTuple | None:
         """The checkpoint named by ``configurable.checkpoint_id``, else the thread's latest."""
-        thread_id, ns, checkpoint_id = config_thread(config)
-        sql = f"SELECT {pgm.ROW_COLUMNS} FROM bulksync_checkpoints WHERE thread_id = %s"
-        sql += " AND checkpoint_ns = %s"
-        params: builtins.list[Any] = [thread_id, ns]
-        if checkpoint_id is not None:
-            sql += " AND checkpoint_id = %s"
-            params.append(checkpoint_id)
+        where, params = list_where(config, None, "%s")
+        sql = f"SELECT {pgm.ROW_COLUMNS} FROM bulksync_checkpoints WHERE {where}"
         found = self._read_page(sql + " ORDER BY checkpoint_id DESC LIMIT 1", params)
         return found[0] if found else None
 
@@ -233,7 +229,7 @@ class PostgresSaver:
         ``config`` names the thread and namespace (default ``""``) and optionally one
         checkpoint; ``None`` lists every thread and namespace.
         """
-        where, params = pgm.list_where(config, before)
+        where, params = list_where(config, before, "%s")
         filter_sql, filter_params, exact = pgm.metadata_where(filter)
         where, params = where + filter_sql, params + filter_params
         order = "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC"

@@ -34,11 +34,11 @@ from bulksync.checkpoint.base import (
     Checkpoint,
     CheckpointTuple,
     Serde,
-    before_id,
     blob_rows,
     checkpoint_config,
     config_thread,
     keyset_pages,
+    list_where,
     write_rows,
     writes_sort_key,
 )
@@ -130,13 +130,9 @@ class SqliteSaver:
 
     def get_tuple(self, config: Mapping[str, Any]) -> CheckpointTuple | None:
         """The checkpoint named by ``configurable.checkpoint_id``, else the thread's latest."""
-        thread_id, ns, checkpoint_id = config_thread(config)
-        sql = f"SELECT {_ROW} FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ?"
-        params: builtins.list[Any] = [thread_id, ns]
-        if checkpoint_id is not None:
-            sql += " AND checkpoint_id = ?"
-            params.append(checkpoint_id)
-        found = self._read_page(sql + " ORDER BY checkpoint_id DESC LIMIT 1", params)
+        where, params = list_where(config, None, "?")
+        sql = f"SELECT {_ROW} FROM checkpoints WHERE {where} ORDER BY checkpoint_id DESC LIMIT 1"
+        found = self._read_page(sql, params)
         return found[0] if found else None
 
     def list(
@@ -152,7 +148,7 @@ class SqliteSaver:
         ``config`` names the thread and namespace (default ``""``) and optionally one
         checkpoint; ``None`` lists every thread and namespace.
         """
-        where, params = _list_where(config, before)
+        where, params = list_where(config, before, "?")
         filter_sql, filter_params, exact = _metadata_where(filter)
         where, params = where + filter_sql, params + filter_params
         order = "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC"
@@ -304,26 +300,6 @@ class SqliteSaver:
                 (task_id, ch, self.serde.loads(b)) for task_id, _, ch, b, _ in writes
             ),
         )
-
-
-def _list_where(
-    config: Mapping[str, Any] | None, before: Mapping[str, Any] | None
-) -> tuple[str, list[Any]]:
-    """The ``WHERE`` clause for ``list``'s config and ``before`` arguments."""
-    where = "1 = 1"
-    params: list[Any] = []
-    if config is not None:
-        thread_id, ns, checkpoint_id = config_thread(config)
-        where += " AND thread_id = ? AND checkpoint_ns = ?"
-        params += [thread_id, ns]
-        if checkpoint_id is not None:
-            where += " AND checkpoint_id = ?"
-            params.append(checkpoint_id)
-    before_checkpoint = before_id(before)
-    if before_checkpoint is not None:
-        where += " AND checkpoint_id < ?"
-        params.append(before_checkpoint)
-    return where, params
 
 
 def _metadata_where(filter: Mapping[str, Any] | None) -> tuple[str, list[Any], bool]:
