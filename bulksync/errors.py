@@ -9,6 +9,7 @@
     ├── InvalidGraphError          (also ValueError)
     ├── SerializationError         (also TypeError)
     ├── UnknownInterruptError      (also RuntimeError)
+    ├── NodeCancelledError                             a node raised asyncio.CancelledError
     ├── EmptyChannelError
     ├── ConfigError                (also ValueError)   a setting, argument or option
     │   └── UsageError                                 the command line, shown as one line
@@ -78,6 +79,22 @@ class EmptyChannelError(BulkSyncError):
 
 class UnknownInterruptError(BulkSyncError, RuntimeError):
     """Raised when a resume names an interrupt id that is not pending."""
+
+
+class NodeCancelledError(BulkSyncError):
+    """Raised when a node's own code raises ``asyncio.CancelledError``: a node failure.
+
+    ``CancelledError`` is a ``BaseException``, so left as it is it would pass every
+    ``except Exception`` on its way and the run would never hear of the task; like
+    LangGraph, bulksync reports it as this error (not retried), naming the node.
+    """
+
+    def __init__(self, node: str) -> None:
+        super().__init__(node)  # the one argument, so the error rebuilds across the wire
+        self.node = node
+
+    def __str__(self) -> str:
+        return f"Node {self.node!r} raised asyncio.CancelledError"
 
 
 class TaskError(BulkSyncError):

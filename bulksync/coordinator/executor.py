@@ -38,6 +38,9 @@ class TaskResult:
     writes: tuple[Write, ...] = ()
     error: BaseException | None = None
     interrupts: tuple[Interrupt, ...] = ()
+    interrupted: bool = False
+    """Whether the task paused: it raised ``interrupts``, or a graph it runs stopped at one
+    of its breakpoints (then ``interrupts`` is empty). Either way it has not finished."""
     took_null_resume: bool = False
     """Whether the task consumed the run-wide ``Command(resume=v)`` answer. A worker consumes
     its own copy of it, so the loop consumes the run's answer when it records the result:

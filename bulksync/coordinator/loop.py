@@ -311,8 +311,10 @@ class SuperstepLoop:
             if self.spec.nodes[task.name].subgraph is not None:
                 self._start_subgraph_task(task, step_input, live, results.put)
         failure: BaseException | None = None
+        paused = False
         for _ in todo:
             result = results.get()
+            paused = paused or result.interrupted
             if result.took_null_resume and answer is not None:
                 self.null_resume.take()
                 answer = None
@@ -328,7 +330,7 @@ class SuperstepLoop:
         if failure is not None:
             self.stream.flush()  # the failed task's result is streamed before the error
             raise failure
-        if self.interrupts:
+        if paused:
             raise GraphInterrupt(tuple(self.interrupts))
 
     def _step_input(self) -> StepInput:
@@ -371,11 +373,12 @@ class SuperstepLoop:
             self.ledger.record(task.id, path, [(ERROR, result.error)], task.name)
             self.stream.result(task, [(ERROR, result.error)])
             return result.error
-        if result.interrupts:
+        if result.interrupted:
             writes: list[Write] = [(INTERRUPT, list(result.interrupts)), *result.writes]
             plain = self.ledger.record(task.id, path, writes, task.name)
             self.interrupts.extend(result.interrupts)
-            self.stream.interrupts(self.channels, result.interrupts)
+            if result.interrupts:  # a bare pause is streamed once, when the run stops
+                self.stream.interrupts(self.channels, result.interrupts)
             self.stream.result(task, plain)
             return None
         writes = list(result.writes) or [(NO_WRITES, None)]
@@ -409,7 +412,7 @@ class SuperstepLoop:
                 outcome = run_child(subgraph, task.input, step, child_live, task.checkpoint_ns)
                 finish(TaskResult(task.id, tuple(node.writer(outcome.output, reader))))
             except GraphInterrupt as exc:
-                finish(TaskResult(task.id, (), interrupts=exc.interrupts))
+                finish(TaskResult(task.id, (), interrupts=exc.interrupts, interrupted=True))
             except ParentCommand as exc:
                 try:
                     writes = apply_parent_command(node, task, exc, reader)

@@ -114,7 +114,8 @@ class CompiledStateGraph:
             return list(self.stream(input, config, stream_mode=stream_mode, **kw))
         latest: Any = None
         interrupts: list[Any] = []
-        for mode, chunk in self.stream(input, config, stream_mode=["updates", "values"], **kw):
+        for item in self.stream(input, config, stream_mode=["updates", "values"], **kw):
+            mode, chunk = item[-2:]  # (namespace, mode, chunk) with subgraphs=True
             if mode == "updates" and isinstance(chunk, dict) and INTERRUPT in chunk:
                 interrupts.extend(chunk[INTERRUPT])
             elif mode == "values":

@@ -19,7 +19,7 @@ from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.reader import StateReader, apply_parent_command
 from bulksync.coordinator.spec import GraphSpec, NodeSpec, Write
-from bulksync.errors import GraphInterrupt, ParentCommand
+from bulksync.errors import GraphInterrupt, NodeCancelledError, ParentCommand
 from bulksync.ids import interrupt_id
 
 
@@ -103,10 +103,16 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
                 task.id,
                 tuple(_last_resume(resumes)),
                 interrupts=exc.interrupts,
+                interrupted=True,
                 took_null_resume=null_resume.taken,
             )
         except ParentCommand as exc:
             return TaskResult(task.id, (), error=exc, took_null_resume=null_resume.taken)
+        except asyncio.CancelledError as exc:
+            # Raised by the node's own code (nothing here cancels it): a failure of the node.
+            error = NodeCancelledError(task.name)
+            error.__cause__ = exc
+            return TaskResult(task.id, (), error=error, took_null_resume=null_resume.taken)
         except Exception as exc:
             policy = next((p for p in node.retry_policy if p.should_retry(exc)), None)
             if policy is None or attempt >= policy.max_attempts:

@@ -281,24 +281,28 @@ def encode_result(result: TaskResult, node: str) -> tuple[bytes, BaseException |
             _error_record(result.error),
             list(result.interrupts),
             result.took_null_resume,
+            result.interrupted,
         ]
         return _dumps_located(record, parts), result.error
     except SerializationError as exc:
-        record = [result.task_id, [], _error_record(exc), [], result.took_null_resume]
+        record = [result.task_id, [], _error_record(exc), [], result.took_null_resume, False]
         return SERDE.dumps(record), exc
 
 
 def loads_result(data: bytes) -> TaskResult:
     """Decode a task result written by ``dumps_result``; write values stay ``Encoded`` (their
     bytes kept for storage, decoded on first use)."""
-    # A result from a worker older than the null-resume flag has four fields.
-    task_id, writes, error, interrupts, *took_null_resume = SERDE.loads(data)
+    # A result from an older worker has four fields (no flags): it paused iff it has
+    # interrupts, and it took no run-wide resume answer as far as anyone knows.
+    task_id, writes, error, interrupts, *flags = SERDE.loads(data)
+    took_null_resume, interrupted = flags if flags else (False, bool(interrupts))
     return TaskResult(
         task_id,
         tuple((chan, Encoded(value, SERDE)) for chan, value in writes),
         error=None if error is None else _rebuild_error(error),
         interrupts=tuple(i for i in interrupts if isinstance(i, Interrupt)),
-        took_null_resume=any(took_null_resume),
+        interrupted=bool(interrupted),
+        took_null_resume=bool(took_null_resume),
     )
 
 

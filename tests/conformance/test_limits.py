@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import operator
 import threading
@@ -240,3 +241,21 @@ def empty_input(impl: Impl) -> Any:
 
 def test_empty_input(conform: Conform) -> None:
     conform(empty_input)
+
+
+def node_raises_cancelled_error(impl: Impl) -> Any:
+    """A node whose own code raises ``asyncio.CancelledError`` fails the run, naming it."""
+
+    def cancel(state: State) -> dict[str, Any]:
+        raise asyncio.CancelledError()
+
+    b = impl.StateGraph(State)
+    b.add_node("cancel", cancel)
+    b.add_edge(impl.START, "cancel")
+    g = impl.compile(b)
+    error = attempt(g.invoke, {"log": []})
+    return {"error": error, "message": str(error)}
+
+
+def test_node_raises_cancelled_error(conform: Conform) -> None:
+    conform(node_raises_cancelled_error)

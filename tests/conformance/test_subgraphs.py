@@ -270,3 +270,49 @@ def subgraph_state_history(impl: Impl) -> Any:
 
 def test_subgraph_state_history(conform: Conform) -> None:
     conform(subgraph_state_history)
+
+
+def subgraph_breakpoint_resumed_from_parent(impl: Impl) -> Any:
+    """A subgraph compiled with ``interrupt_before`` pauses the parent; resuming goes on."""
+    cb = impl.StateGraph(Child)
+    cb.add_node("draft", lambda s: {"log": ["draft"]})
+    cb.add_node("publish", lambda s: {"log": ["publish"]})
+    cb.add_edge(impl.START, "draft")
+    cb.add_edge("draft", "publish")
+    child = impl.compile(cb, interrupt_before=["publish"])
+    b = impl.StateGraph(Parent)
+    b.add_node("child", child)
+    b.add_node("after", lambda s: {"log": ["after"]})
+    b.add_edge(impl.START, "child")
+    b.add_edge("child", "after")
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = {"configurable": {"thread_id": "breakpoint"}}
+    first = list(g.stream({"log": [], "topic": "t"}, cfg, stream_mode="updates"))
+    paused = g.get_state(cfg, subgraphs=True)
+    resumed = g.invoke(None, cfg)
+    return {
+        "first": first,
+        "paused": (paused.next, [(t.name, t.state.next) for t in paused.tasks]),
+        "resumed": resumed,
+        "final_next": g.get_state(cfg).next,
+    }
+
+
+def test_subgraph_breakpoint_resumed_from_parent(conform: Conform) -> None:
+    conform(subgraph_breakpoint_resumed_from_parent)
+
+
+def invoke_with_subgraphs_flag(impl: Impl) -> Any:
+    """``invoke(..., subgraphs=True)`` returns the output as without the flag."""
+    cb = impl.StateGraph(Child)
+    cb.add_node("work", lambda s: {"log": ["work"]})
+    cb.add_edge(impl.START, "work")
+    b = impl.StateGraph(Parent)
+    b.add_node("child", impl.compile(cb))
+    b.add_edge(impl.START, "child")
+    g = impl.compile(b)
+    return g.invoke({"log": [], "topic": "t"}, subgraphs=True)
+
+
+def test_invoke_with_subgraphs_flag(conform: Conform) -> None:
+    conform(invoke_with_subgraphs_flag)
