@@ -238,6 +238,13 @@ class Settings:
         doc="time between two progress events of one step",
         unit="seconds",
     )
+    queue_wait_warning: float = setting(
+        30.0,
+        group="coordinator",
+        doc="how long a step's tasks may wait on a queue with no worker taking one before the "
+        "coordinator's log and the run's progress say which queue and how many tasks",
+        unit="seconds",
+    )
     db_pool_size: int | None = setting(
         group="coordinator",
         doc="Postgres connections of a coordinator, for checkpoints, leases and runs",

@@ -13,11 +13,15 @@ from bulksync.ids import interrupt_id
 
 N = TypeVar("N", bound=Hashable)
 
-StreamMode = Literal["values", "updates", "custom", "debug", "tasks", "checkpoints", "messages"]
+StreamMode = Literal[
+    "values", "updates", "custom", "debug", "tasks", "checkpoints", "messages", "progress"
+]
 """How ``stream`` frames its output (DESIGN.md §2): the one list of modes.
 
 Declared here, the lowest layer that needs it (LangGraph exports it from ``types``);
 ``coordinator.stream.ALL_MODES`` is its runtime tuple, used by parsing and the CLI.
+``progress`` is bulksync's own: while a step runs on a cluster, where its tasks are
+(queued, running and on which workers, done) and which queues nobody takes from.
 """
 
 Durability = Literal["sync", "async", "exit"]

@@ -302,8 +302,7 @@ def follow(client: Any, run_id: str, out: TextIO, err: TextIO) -> int:
     show(f"waiting for a coordinator serving {client.get(run_id).graph_id}")
     for event in client.stream(run_id):
         if event.mode == runs.PROGRESS:
-            chunk = event.chunk
-            show(f"step {chunk['step']} · tasks {chunk['done']}/{chunk['total']}")
+            show(progress_text(event.chunk))
         elif event.mode == runs.END:
             show(str(event.chunk["status"]))
     err.write("\n")
@@ -313,6 +312,26 @@ def follow(client: Any, run_id: str, out: TextIO, err: TextIO) -> int:
         return 1
     print(to_json(run.output, indent=2), file=out)
     return 0
+
+
+def progress_text(chunk: dict[str, Any]) -> str:
+    """One progress event as the progress line shows it: the step's tasks done, and where
+    the others are once the coordinator has looked (queued, running on how many workers,
+    queues nobody takes from)."""
+    parts = [f"step {chunk['step']}", f"tasks {chunk['done']}/{chunk['total']}"]
+    if "queued" in chunk:
+        workers = chunk.get("workers") or {}
+        longest = max((w.get("longest_s", 0) for w in workers.values()), default=0)
+        parts.append(f"{chunk['queued']} queued")
+        parts.append(
+            f"{chunk['running']} running on {len(workers)} workers (longest {longest:.0f}s)"
+        )
+    for late in chunk.get("waiting") or ():
+        parts.append(
+            f"{late['tasks']} waiting {late['seconds']:.0f}s on queue {late['queue']!r}: "
+            "is a worker consuming it?"
+        )
+    return " · ".join(parts)
 
 
 def to_json(value: Any, indent: int | None = None) -> str:

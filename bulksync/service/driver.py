@@ -44,7 +44,8 @@ from bulksync.workers import wire
 
 log = logging.getLogger("bulksync.coordinator")
 
-_INTERNAL_MODES = ("values", "updates", "debug")  # output, interrupts and progress
+# Output, interrupts, and progress (task counts from debug; where tasks are from progress).
+_INTERNAL_MODES = ("values", "updates", "debug", runs.PROGRESS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,8 +202,8 @@ class RunDriver:
                     return
                 if self.ctx.abandoned.is_set():
                     return
-                if mode in wanted and (subgraphs or not ns):
-                    self._event(ns, mode, chunk)
+                if mode in wanted and mode != runs.PROGRESS and (subgraphs or not ns):
+                    self._event(ns, mode, chunk)  # progress: the tracker's events, below
                 if not ns:
                     progress = tracker.observe(mode, chunk)
                     if progress is not None:
@@ -280,7 +281,10 @@ class RunDriver:
 class _Tracker:
     """Follows the root graph's chunks: the invoke-style output, interrupts and progress.
 
-    A step's progress events are ``every`` seconds apart, except its first and last.
+    A step's progress events are ``every`` seconds apart, except its first and last; each
+    carries the step, its tasks done and in all, and — once a cluster executor has looked at
+    the step's tasks (``progress`` chunks) — where the others are: queued, running (on which
+    workers, for how long), and queues whose tasks no worker takes.
     """
 
     def __init__(self, every: float) -> None:
@@ -292,9 +296,15 @@ class _Tracker:
         self.done = 0
         self.total = 0
         self.sent = 0.0
+        self.where: dict[str, Any] = {}  # the step's latest ``progress`` chunk, counts aside
 
-    def observe(self, mode: str, chunk: Any) -> dict[str, int] | None:
+    def observe(self, mode: str, chunk: Any) -> dict[str, Any] | None:
         """Take one chunk; return a progress event to send, if one is due."""
+        if mode == runs.PROGRESS and isinstance(chunk, dict):
+            if chunk.get("step") != self.step:
+                return None  # a step that has ended meanwhile
+            self.where = {k: v for k, v in chunk.items() if k not in ("step", "done", "total")}
+            return self._event(time.monotonic())
         if mode == "values":
             self.latest = chunk
         elif mode == "updates" and isinstance(chunk, dict) and INTERRUPT in chunk:
@@ -304,14 +314,18 @@ class _Tracker:
             if chunk.get("type") == "task":
                 if chunk.get("step") != self.step:
                     self.step, self.done, self.total = chunk.get("step"), 0, 0
+                    self.where = {}
                 self.total += 1
             elif chunk.get("type") == "task_result" and chunk.get("step") == self.step:
                 self.done += 1
                 now = time.monotonic()
                 if self.done in (1, self.total) or now - self.sent >= self.every:
-                    self.sent = now
-                    return {"step": self.step or 0, "done": self.done, "total": self.total}
+                    return self._event(now)
         return None
+
+    def _event(self, now: float) -> dict[str, Any]:
+        self.sent = now
+        return {"step": self.step or 0, "done": self.done, "total": self.total, **self.where}
 
     def output(self) -> Any:
         """What ``invoke`` returns for the chunks seen (same rule as the local graph)."""

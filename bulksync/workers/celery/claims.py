@@ -183,11 +183,16 @@ def _alive(pid: int) -> bool:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Survey:
-    """What one look at a step's claims found: tasks to publish again, and poison tasks."""
+    """What one look at a step's claims found: tasks to publish again, poison tasks, and
+    where the others are."""
 
     republish: list[str]
     lost: list[str]
     poisoned: dict[str, int]  # task id -> times it started
+    queued: dict[str, float] = dataclasses.field(default_factory=dict)
+    """Tasks waiting for a worker (no claim, no result) -> seconds since first published."""
+    running: dict[str, tuple[str, float]] = dataclasses.field(default_factory=dict)
+    """Tasks a worker holds -> (its claim holder, ``host:pid:…``; seconds since seen held)."""
 
 
 class ClaimWatch:
@@ -197,7 +202,9 @@ class ClaimWatch:
         self.settings = settings
         self.slots = slots
         now = time.monotonic()
+        self._first = now
         self._published = dict.fromkeys(slots, now)
+        self._held_since: dict[str, float] = {}
         self._grace = dict.fromkeys(slots, settings.unstarted_grace)
         self._starts = dict.fromkeys(slots, 0)  # deliveries counted when last published
         self._suspects: set[str] = set()
@@ -227,11 +234,19 @@ class ClaimWatch:
         lost: list[str] = []
         poisoned: dict[str, int] = {}
         suspects: set[str] = set()
+        queued: dict[str, float] = {}
+        running: dict[str, tuple[str, float]] = {}
         started = {t: int(c or 0) for t, c in zip(ids, counts, strict=True)}
         for task_id, claim, result in zip(ids, claims, results, strict=True):
             starts = started[task_id]
+            if claim is not None and result is None:
+                since = self._held_since.setdefault(task_id, now)
+                running[task_id] = (bytes(claim).decode(errors="replace"), now - since)
+            else:
+                self._held_since.pop(task_id, None)
             if claim is not None or result is not None:
                 continue
+            queued[task_id] = now - self._first
             if starts > self._starts[task_id]:
                 if task_id not in self._suspects:
                     suspects.add(task_id)  # seen once: wait for the inbox to be read
@@ -246,7 +261,7 @@ class ClaimWatch:
         for task_id in [*republish, *lost]:
             self._published[task_id] = now
             self._starts[task_id] = started[task_id]
-        return Survey(republish, lost, poisoned)
+        return Survey(republish, lost, poisoned, queued, running)
 
 
 def forget(client: redis.Redis, slots: Iterable[str]) -> Any:

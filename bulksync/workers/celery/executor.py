@@ -50,9 +50,10 @@ from bulksync.retry import is_transient_redis, redis_client, retry
 from bulksync.settings import Settings
 from bulksync.workers import wire
 from bulksync.workers.celery.app import make_app
-from bulksync.workers.celery.claims import ClaimWatch, forget
+from bulksync.workers.celery.claims import ClaimWatch, Survey, forget
 from bulksync.workers.celery.gatherer import Gatherer
 from bulksync.workers.celery.node_task import MESSAGE_HEADER
+from bulksync.workers.celery.progress import progress_chunk, waiting_queues
 from bulksync.workers.registry import task_name, walk_specs
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,7 @@ class CeleryStep:
         self.deadlines: dict[str, float] = {}
         self._lock = threading.Lock()
         self._stopped = False
+        self._warned: set[str] = set()  # queues already reported as waiting
 
     # -- dispatch ---------------------------------------------------------------------
 
@@ -224,6 +226,10 @@ class CeleryStep:
             extra=logs.ids(run_id=self.run_id, thread_id=self.thread, step=todo[0].step),
         )
 
+    def _queue(self, task: Task) -> str:
+        """The queue ``task`` is published to: its node's, else the executor's."""
+        return self.spec.nodes[task.name].queue or self.ex.settings.queue
+
     def _describe(self, task: Task) -> wire.TaskDescriptor:
         return wire.TaskDescriptor.of(task, self.slots[task.id])
 
@@ -256,7 +262,7 @@ class CeleryStep:
                     task_name(self.ex.graph_id, path, node),
                     args=[self.ex.graph_id, list(path), self.key, self.run_id, timeout, descs],
                     task_id=message_id,
-                    queue=spec.queue or self.ex.settings.queue,
+                    queue=self._queue(chunk[0]),
                     producer=producer,
                     headers={MESSAGE_HEADER: self.ex.graph_id},
                     argsrepr=_describe(self.run_id, thread, chunk),
@@ -351,6 +357,7 @@ class CeleryStep:
         with self._lock:
             pending = set(self.pending)
         found = self.watch.survey(r, pending)
+        self._report(found, len(pending))
         for task_id, attempts in found.poisoned.items():
             error = WorkerLostError(self.tasks[task_id].name, task_id, attempts)
             log.error("step %s: %s", self.key, error)
@@ -375,6 +382,33 @@ class CeleryStep:
         again = [self.tasks[t] for t in [*found.lost, *found.republish]]
         if again:
             self._republish(r, again)
+
+    def _report(self, found: Survey, pending: int) -> None:
+        """Stream where the step's tasks are; warn once per queue whose tasks wait too long."""
+        step = next(iter(self.tasks.values())).step
+        after = self.ex.settings.queue_wait_warning
+        waiting = waiting_queues(found, self.tasks, self._queue, after)
+        for late in waiting:
+            if late.queue in self._warned:
+                continue
+            self._warned.add(late.queue)
+            log.warning(
+                "run %s thread %s: step %d: %d tasks of %s have waited %.0fs on queue %r "
+                "and no worker has started them; is a worker consuming that queue "
+                "(bulksync worker --graph %s --queues %s)?",
+                self.run_id or "-",
+                self.thread or "-",
+                step,
+                late.tasks,
+                ", ".join(late.nodes),
+                late.seconds,
+                late.queue,
+                self.ex.graph_id,
+                late.queue,
+                extra=logs.ids(run_id=self.run_id, thread_id=self.thread, step=step),
+            )
+        chunk = progress_chunk(step, len(self.tasks), len(self.tasks) - pending, found, waiting)
+        self.live.sink(self.step.namespace, "progress", chunk)
 
     def _republish(self, r: redis.Redis, tasks: list[Task]) -> None:
         """Publish ``tasks`` again; the step hash already holds their inputs."""
