@@ -29,7 +29,15 @@ from bulksync.checkpoint.base import (
     decoded,
 )
 from bulksync.checkpoint.serde import dumps_for
-from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, ERROR, INTERRUPT, RESUME, THREAD_ID
+from bulksync.constants import (
+    CHECKPOINT_ID,
+    CHECKPOINT_NS,
+    ERROR,
+    INTERRUPT,
+    NULL_TASK_ID,
+    RESUME,
+    THREAD_ID,
+)
 from bulksync.coordinator import clock
 from bulksync.coordinator.apply import (
     Stamp,
@@ -137,6 +145,9 @@ class Ledger:
             self.metadata = {"step": -2}
             self.pending = PendingWrites()
         self._saved_versions = dict(self.checkpoint.channel_versions)
+        # The id of the checkpoint the saver holds as the head: the exit commit of a run that
+        # made no checkpoint of its own (a resume paused in its first step) stores nothing.
+        self._saved_id = saved.checkpoint.id if saved is not None else None
         # Bytes already made for values the loop holds, so none is encoded twice: this step's
         # encoded writes by channel, and each channel's stored value at its version.
         self._write_bytes: dict[str, list[Encoded]] = {}
@@ -161,6 +172,8 @@ class Ledger:
         store it at the end of a ``durability="exit"`` run.
         """
         exiting = source == "exit"
+        if exiting and self.checkpoint.id == self._saved_id:
+            return  # stored already; its input writes stay pending writes, applied on resume
         if not exiting:
             self.metadata = checkpoint_metadata(self.options.config, source, step, self.parents)
         self.checkpoint = create_checkpoint(
@@ -179,6 +192,7 @@ class Ledger:
             )
             stored = self._stored_checkpoint(channels, changed)
             self.config = self.saver.put(self.config, stored, self.metadata, changed)
+            self._saved_id = self.checkpoint.id
         elif not exiting:
             self.parent_config = self.config
             self.config = {
@@ -207,6 +221,21 @@ class Ledger:
                 self._write_bytes.setdefault(chan, []).append(value)
         self._put_writes(task_id, task_path, writes, node, plain)
         return plain
+
+    def record_input(self, writes: Sequence[Write]) -> None:
+        """Record a ``Command``'s writes as the run's input (``NULL_TASK_ID``) writes.
+
+        Unlike a task's, they add to the input writes already pending: a second
+        ``Command(resume=…, update=…)`` on the same checkpoint keeps the first one's update.
+        Savers key a write by its position and keep the first write at each, so the earlier
+        regular writes are handed over again first (kept once), then the new ones, special
+        channels last (a special row is replaced, not positioned).
+        """
+        earlier = [(c, v) for t, c, v in self.pending if t == NULL_TASK_ID and c not in SPECIAL]
+        new = sorted(writes, key=lambda w: w[0] in SPECIAL)
+        self.pending.add(NULL_TASK_ID, [(c, decoded(v)) for c, v in new])
+        if self.durable and self.config["configurable"].get(CHECKPOINT_ID):
+            self._put_writes(NULL_TASK_ID, "", [*earlier, *new], "input", new)
 
     def with_bytes(self, chan: str, value: Any, version: Any) -> Any:
         """``value``, or the ``Encoded`` stored for it when the channel has not changed since."""

@@ -166,7 +166,7 @@ class SuperstepLoop:
             if forks:
                 carried = [(NULL_TASK_ID, c, v) for c, v in writes]
             elif writes:
-                self.ledger.record(NULL_TASK_ID, "", writes, "input")
+                self.ledger.record_input(writes)
         null_writes = [(c, v) for t, c, v in (*pending, *carried) if t == NULL_TASK_ID]
         for chan, value in null_writes:
             if chan == RESUME and value is not None:
@@ -381,7 +381,9 @@ class SuperstepLoop:
                 self.stream.interrupts(self.channels, result.interrupts)
             self.stream.result(task, plain)
             return None
-        writes = list(result.writes) or [(NO_WRITES, None)]
+        writes = list(result.writes)
+        if all(chan == RESUME for chan, _ in writes):  # finished with nothing to write
+            writes.append((NO_WRITES, None))
         plain = self.ledger.record(task.id, path, writes, task.name)
         self.task_writes[task.id] = [w for w in plain if w[0] not in (RESUME,)]
         self.stream.update(task, self.task_writes[task.id], cached=False)

@@ -410,3 +410,69 @@ def interrupt_in_send_task(impl: Impl) -> Any:
 
 def test_interrupt_in_send_task(conform: Conform) -> None:
     conform(interrupt_in_send_task)
+
+
+def resume_with_update_each_time(impl: Impl) -> Any:
+    """Three ``Command(resume=…, update=…)`` on one paused task keep every update, once."""
+
+    def ask_three_times(state: State) -> dict[str, Any]:
+        answers = [impl.interrupt(str(n)) for n in (1, 2, 3)]
+        return {"log": ["a:" + "".join(answers)]}
+
+    seen: dict[str, Any] = {}
+    for durability in ("sync", "async", "exit"):
+        b = impl.StateGraph(State)
+        b.add_node("a", ask_three_times)
+        b.add_edge(impl.START, "a")
+        g = impl.compile(b, checkpointer=impl.saver())
+        cfg = _cfg(f"updates-{durability}")
+        outs = [g.invoke({"log": []}, cfg, durability=durability)]
+        for n in (1, 2, 3):
+            cmd = impl.Command(resume=str(n), update={"log": [f"u{n}"]})
+            outs.append(g.invoke(cmd, cfg, durability=durability))
+        seen[durability] = {"outs": outs, "final": _snapshot(g.get_state(cfg))}
+    return seen
+
+
+def test_resume_with_update_each_time(conform: Conform) -> None:
+    conform(resume_with_update_each_time)
+
+
+def parallel_task_finishes_with_nothing(impl: Impl) -> Any:
+    """A resumed task that returns ``None`` or ``{}`` is finished: not asked again, not rerun."""
+    seen: dict[str, Any] = {}
+    for label, returned in (("none", None), ("empty", {})):
+        calls = Calls()
+
+        def a(state: State, returned: Any = returned, calls: Calls = calls) -> Any:
+            calls.add("a")
+            impl.interrupt("A")
+            return returned
+
+        def b(state: State, calls: Calls = calls) -> dict[str, Any]:
+            calls.add("b")
+            return {"log": [f"b:{impl.interrupt('B')}"]}
+
+        builder = impl.StateGraph(State)
+        builder.add_node("a", a)
+        builder.add_node("b", b)
+        builder.add_edge(impl.START, "a")
+        builder.add_edge(impl.START, "b")
+        g = impl.compile(builder, checkpointer=impl.saver())
+        cfg = _cfg(f"falsy-{label}")
+        g.invoke({"log": []}, cfg)
+        asked = {i.value: i.id for i in g.get_state(cfg).interrupts}
+        g.invoke(impl.Command(resume={asked["A"]: "yes"}), cfg)
+        between = _snapshot(g.get_state(cfg))
+        asked = {i.value: i.id for i in g.get_state(cfg).interrupts}
+        final = g.invoke(impl.Command(resume={asked["B"]: "ok"}), cfg)
+        seen[label] = {
+            "between": between,
+            "final": final,
+            "calls": sorted(calls.names),
+        }
+    return seen
+
+
+def test_parallel_task_finishes_with_nothing(conform: Conform) -> None:
+    conform(parallel_task_finishes_with_nothing)
