@@ -18,8 +18,9 @@ from bulksync.coordinator.spec import CompiledGraph
 
 
 def recast_namespace(ns: str) -> str:
-    """A namespace without task ids (``a:<id>|b:<id>`` → ``a|b``), for persistent subgraphs."""
-    return NS_SEP.join(part.split(NS_END)[0] for part in ns.split(NS_SEP))
+    """A namespace without task ids or numeric segments (``a:<id>|1|b:<id>`` → ``a|b``): how
+    a persistent subgraph's checkpoints are stored, and a ``Command.PARENT`` may name it."""
+    return NS_SEP.join(part.split(NS_END)[0] for part in ns.split(NS_SEP) if not part.isdigit())
 
 
 def child_saver(compiled: CompiledGraph, parent: CheckpointSaver | None) -> CheckpointSaver | None:

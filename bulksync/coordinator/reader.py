@@ -16,6 +16,7 @@ from bulksync.channels.base import MISSING, BaseChannel
 from bulksync.checkpoint.base import decoded
 from bulksync.constants import NS_SEP
 from bulksync.coordinator.executor import StepInput
+from bulksync.coordinator.nested import recast_namespace
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec, NodeSpec, Write
 from bulksync.errors import ParentCommand
@@ -53,11 +54,19 @@ class StateReader:
 
 
 def parent_namespace(task_ns: str) -> str:
-    """The namespace of the task that runs the graph this task belongs to."""
+    """The namespace of the task that runs the graph this task belongs to.
+
+    A numeric segment (``…|1``, the second graph invoked inside one task) is no level of
+    its own: it is dropped on either side of the task's own ``node:<id>`` segment.
+    """
     parts = task_ns.split(NS_SEP)
-    if parts[-1].isdigit():
+    while parts and parts[-1].isdigit():
         parts.pop()
-    return NS_SEP.join(parts[:-1])
+    if parts:
+        parts.pop()
+    while parts and parts[-1].isdigit():
+        parts.pop()
+    return NS_SEP.join(parts)
 
 
 def apply_parent_command(
@@ -65,7 +74,7 @@ def apply_parent_command(
 ) -> list[Write]:
     """Writes of a ``Command`` a subgraph sent to this task, or re-raise it further up."""
     cmd = exc.command
-    if cmd.graph in (task.checkpoint_ns, task.name):
+    if cmd.graph in (task.checkpoint_ns, recast_namespace(task.checkpoint_ns), task.name):
         local = Command(update=cmd.update, goto=cmd.goto, resume=cmd.resume)
         return node.writer(local, read)
     if cmd.graph == Command.PARENT:

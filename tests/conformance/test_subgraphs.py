@@ -316,3 +316,64 @@ def invoke_with_subgraphs_flag(impl: Impl) -> Any:
 
 def test_invoke_with_subgraphs_flag(conform: Conform) -> None:
     conform(invoke_with_subgraphs_flag)
+
+
+def parent_command_from_second_invoked_subgraph(impl: Impl) -> Any:
+    """``Command.PARENT`` from the second graph a node invokes reaches that node's graph."""
+    cb = impl.StateGraph(Other)
+
+    def maybe_jump(state: Other) -> Any:
+        if state["text"] == "jump":
+            return impl.Command(graph=impl.Command.PARENT, goto="second")
+        return {"text": state["text"]}
+
+    cb.add_node("node", maybe_jump)
+    cb.add_edge(impl.START, "node")
+    first, again = impl.compile(cb), impl.compile(cb)
+
+    def call_children(state: Parent) -> Any:  # Any: may route (bulksync's reachability)
+        first.invoke({"text": "jump" if state["topic"] == "first" else "stay"})
+        again.invoke({"text": "jump" if state["topic"] == "again" else "stay"})
+        return {"log": ["no jump"]}
+
+    b = impl.StateGraph(Parent)
+    b.add_node("call_children", call_children)
+    b.add_node("second", lambda s: {"log": ["second"]})
+    b.add_edge(impl.START, "call_children")
+    g = impl.compile(b)
+    return {topic: g.invoke({"log": [], "topic": topic}) for topic in ("first", "again", "none")}
+
+
+def test_parent_command_from_second_invoked_subgraph(conform: Conform) -> None:
+    conform(parent_command_from_second_invoked_subgraph)
+
+
+def parent_command_three_levels_with_persistent_subgraphs(impl: Impl) -> Any:
+    """``Command.PARENT`` from a grandchild lands in its parent, also when the subgraphs
+    keep their own checkpoints (``checkpointer=True``: namespaces stored by node name)."""
+    out = {}
+    for persist in (True, False):
+        gb = impl.StateGraph(Parent)
+        gb.add_node(
+            "jump",
+            lambda s: impl.Command(graph=impl.Command.PARENT, goto="after", update={"log": ["g"]}),
+        )
+        gb.add_edge(impl.START, "jump")
+        cb = impl.StateGraph(Parent)
+        cb.add_node("first", lambda s: {"log": ["c"]})
+        cb.add_node("grand", impl.compile(gb, checkpointer=persist), destinations=("after",))
+        cb.add_node("after", lambda s: {"log": ["after"]})
+        cb.add_edge(impl.START, "first")
+        cb.add_edge("first", "grand")
+        b = impl.StateGraph(Parent)
+        b.add_node("child", impl.compile(cb, checkpointer=persist))
+        b.add_edge(impl.START, "child")
+        g = impl.compile(b, checkpointer=impl.saver())
+        out[str(persist)] = g.invoke(
+            {"log": ["in"]}, {"configurable": {"thread_id": f"deep-{persist}"}}
+        )
+    return out
+
+
+def test_parent_command_three_levels_with_persistent_subgraphs(conform: Conform) -> None:
+    conform(parent_command_three_levels_with_persistent_subgraphs)
