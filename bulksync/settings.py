@@ -126,6 +126,15 @@ class Settings:
         doc="the queue of nodes without queue=, and the one a worker consumes by default",
         unit="queue name",
     )
+    strict: bool = setting(
+        False,
+        group="cluster",
+        doc="compile graphs with bulksync's stricter checks (as compile(strict=True)): an update "
+        "key outside the schema, a goto or Send to an unknown node and an unreachable node "
+        "raise instead of being skipped with a warning, as LangGraph does",
+        unit="1 or 0",
+        shown="0",
+    )
     task_timeout: float | None = setting(
         group="cluster",
         doc="default time limit of a node task (a node's own timeout= wins)",
@@ -424,6 +433,13 @@ class Declaration:
         """
         if self.kind is Path:
             return Path(text).expanduser()
+        if self.kind is bool:
+            flag = text.strip().lower()
+            if flag in ("1", "true", "yes", "on"):
+                return True
+            if flag in ("0", "false", "no", "off"):
+                return False
+            raise ConfigError(f"{source}={text!r}: set it to 1 (on) or 0 (off).")
         if self.kind in (int, float):
             try:
                 value: Any = self.kind(text)
@@ -439,7 +455,10 @@ class Declaration:
         """Raise ``ConfigError`` naming ``source`` unless ``value`` is one this setting takes."""
         if value is None and self.optional:
             return
-        if self.kind in (int, float):
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{source}={value!r}: set it to True or False.")
+        elif self.kind in (int, float):
             if not self._fits(value):
                 raise ConfigError(f"{source}={value!r}: set it to {self._wanted()}.")
         elif self.kind is str and not (isinstance(value, str) and value):
@@ -457,6 +476,18 @@ class Declaration:
     def _wanted(self) -> str:
         what = "whole number" if self.kind is int else "number"
         return f"a positive {what} of {self.unit} (default: {self.default_text})"
+
+
+def env_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """One setting from ``environ`` (default: ``os.environ``), or its default: for a caller
+    that needs just that one and must not fail on another variable it does not use.
+
+    Raises:
+        ConfigError: naming the variable, when its value is not one the setting takes.
+    """
+    declared = next(d for d in declarations() if d.name == name)
+    text = (os.environ if environ is None else environ).get(declared.env)
+    return declared.parse(text, declared.env) if text else declared.default
 
 
 @functools.cache

@@ -264,15 +264,16 @@ class SuperstepLoop:
         self.tasks = self._plan()
         self.task_writes = {}
         ledger = self.ledger
-        self.stream.checkpoint(
-            ledger.config,
-            ledger.parent_config,
-            self.channels,
-            ledger.metadata,
-            list(self.tasks.values()),
-            ledger.pending.rows,
-            step=self.step - 1,
-        )
+        if self.saver is not None:  # as LangGraph: no checkpoints to show without a saver
+            self.stream.checkpoint(
+                ledger.config,
+                ledger.parent_config,
+                self.channels,
+                ledger.metadata,
+                list(self.tasks.values()),
+                ledger.pending.rows,
+                step=self.step - 1,
+            )
         if not self.tasks:
             self.status = "done"
             return False

@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import functools
 import inspect
+import logging
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -27,6 +29,8 @@ from bulksync.graph.schema import (
     literal_values,
 )
 from bulksync.types import Send
+
+log = logging.getLogger(__name__)
 
 Destination = str | Send
 """Where a branch sends the run: a node name (or END) or a ``Send`` packet."""
@@ -64,11 +68,14 @@ class Branch:
             ends = {value: value for value in literals} if literals else None
         return cls(branch_name(path), path, ends, declared_input_schema(path))
 
-    def route(self, source: str, value: Any, nodes: Collection[str]) -> list[Destination]:
-        """Call the path on ``value``; the nodes and Sends it picks (END dropped).
+    def route(
+        self, source: str, value: Any, nodes: Collection[str], *, strict: bool
+    ) -> list[Destination]:
+        """Call the path on ``value``; the nodes and Sends it picks (END dropped; an unknown
+        node skipped with a warning unless ``strict``).
 
         Raises:
-            InvalidGraphError: an answer names no node.
+            InvalidGraphError: (``strict``) an answer names no node.
             KeyError: an answer is missing from the path map (LangGraph's error there).
             InvalidUpdateError: a ``Send`` is addressed to END.
         """
@@ -77,8 +84,8 @@ class Branch:
         picked: list[Destination] = []
         for answer in answers:
             dest = answer if isinstance(answer, Send) else self._lookup(source, answer)
-            check_destination(source, dest, nodes, via=f"conditional edge '{self.name}'")
-            if dest != END:
+            via = f"conditional edge '{self.name}'"
+            if check_destination(source, dest, nodes, via=via, strict=strict) and dest != END:
                 picked.append(dest)
         return picked
 
@@ -99,11 +106,16 @@ class Branch:
             ) from None
 
 
-def check_destination(source: str, dest: Any, nodes: Collection[str], *, via: str) -> None:
-    """Raise unless ``dest`` (a name or a ``Send``) can be routed to from ``source``.
+def check_destination(
+    source: str, dest: Any, nodes: Collection[str], *, via: str, strict: bool
+) -> bool:
+    """Whether ``dest`` (a name or a ``Send``) is routed to from ``source``.
+
+    A node the graph lacks is skipped with a warning, as LangGraph does; ``strict`` raises.
 
     Raises:
-        InvalidGraphError: ``dest`` is None, START, not a str/Send, or names no node.
+        InvalidGraphError: ``dest`` is None, START, not a str/Send, or (``strict``) names no
+            node.
         InvalidUpdateError: ``dest`` is a ``Send`` to END.
     """
     if isinstance(dest, Send):
@@ -114,7 +126,7 @@ def check_destination(source: str, dest: Any, nodes: Collection[str], *, via: st
         target = dest.node
     elif isinstance(dest, str) and dest != START:
         if dest == END:
-            return
+            return True
         target = dest
     else:
         raise InvalidGraphError(
@@ -124,14 +136,24 @@ def check_destination(source: str, dest: Any, nodes: Collection[str], *, via: st
                 "END, a Send, or a list of those.",
             )
         )
-    if target not in nodes:
-        raise InvalidGraphError(
-            node_error_message(
-                source,
-                f"{via} routes to unknown node '{target}'. Known nodes: {sorted(nodes)}; add the "
-                "node with add_node or fix the name.",
-            )
-        )
+    if target in nodes:
+        return True
+    message = node_error_message(
+        source,
+        f"{via} routes to unknown node '{target}'. Known nodes: {sorted(nodes)}; add the node "
+        "with add_node or fix the name.",
+    )
+    if strict:
+        raise InvalidGraphError(message)
+    warn_once(f"{message} Skipped (compile with strict=True to raise).")
+    return False
+
+
+@functools.lru_cache(maxsize=1024)
+def warn_once(message: str) -> None:
+    """Log ``message`` as a warning, once per process: a graph that routes or writes past
+    its schema on every step says so once, not on every step."""
+    log.warning("%s", message)
 
 
 def branch_name(path: Any) -> str:

@@ -31,6 +31,7 @@ from bulksync.graph.schema import (
 )
 from bulksync.graph.validation import check_reachable, check_structure
 from bulksync.graph.writers import compile_nodes
+from bulksync.settings import env_setting
 from bulksync.types import RetryPolicy
 
 if TYPE_CHECKING:
@@ -277,15 +278,17 @@ class StateGraph(Generic[StateT]):
         """End the run after ``key``: ``add_edge(key, END)``."""
         return self.add_edge(key, END)
 
-    def validate(self, interrupt: Sequence[str] | None = None) -> Self:
+    def validate(self, interrupt: Sequence[str] | None = None, *, strict: bool = False) -> Self:
         """Check the graph's structure; ``interrupt`` lists breakpoint nodes to check too.
 
         Raises:
             InvalidGraphError: an edge or branch names an unknown node, there is no entry
-                point, a breakpoint names an unknown node, or a node cannot be reached.
+                point, a breakpoint names an unknown node, or (``strict``) a node cannot be
+                reached.
         """
         check_structure(self, interrupt or ())
-        check_reachable(self)
+        if strict:
+            check_reachable(self)
         self.compiled = True
         return self
 
@@ -297,12 +300,19 @@ class StateGraph(Generic[StateT]):
         interrupt_after: Sequence[str] | str | None = None,
         debug: bool = False,
         name: str | None = None,
+        strict: bool | None = None,
     ) -> CompiledStateGraph:
-        """Validate and compile into a runnable graph (see ``build_spec``)."""
+        """Validate and compile into a runnable graph (see ``build_spec``).
+
+        ``strict`` (default: the ``BULKSYNC_STRICT`` setting, off) turns what LangGraph skips
+        with a warning into errors: an update key outside the state schema, a goto, ``Send``
+        or branch to an unknown node, a node that cannot be reached from START.
+        """
         from bulksync.graph.compiled import CompiledStateGraph
 
         graph_name = name or "LangGraph"
-        spec = build_spec(self, interrupt_before, interrupt_after, name=graph_name)
+        strict = env_setting("strict") if strict is None else strict
+        spec = build_spec(self, interrupt_before, interrupt_after, name=graph_name, strict=strict)
         return CompiledStateGraph(
             builder=self, spec=spec, checkpointer=checkpointer, debug=debug, name=graph_name
         )
@@ -350,6 +360,7 @@ def build_spec(
     interrupt_after: Sequence[str] | str | None = None,
     *,
     name: str = "LangGraph",
+    strict: bool = False,
 ) -> GraphSpec:
     """Validate ``builder`` and compile it into the ``GraphSpec`` the engine runs.
 
@@ -357,8 +368,9 @@ def build_spec(
         InvalidGraphError: as ``StateGraph.validate``.
     """
     before, after = _interrupts(interrupt_before), _interrupts(interrupt_after)
-    builder.validate([n for group in (before, after) if group != "*" for n in group])
-    channels, nodes = compile_nodes(builder)
+    breakpoints = [n for group in (before, after) if group != "*" for n in group]
+    builder.validate(breakpoints, strict=strict)
+    channels, nodes = compile_nodes(builder, strict=strict)
     trigger_to_nodes: dict[str, list[str]] = {}
     for key, node in nodes.items():
         for trigger in node.triggers:

@@ -31,7 +31,7 @@ from bulksync.channels.topic import Topic
 from bulksync.constants import END, START, TASKS
 from bulksync.coordinator.spec import NodeSpec, ReadState, Write
 from bulksync.errors import InvalidUpdateError, ParentCommand, node_error_message
-from bulksync.graph.branch import Branch, check_destination
+from bulksync.graph.branch import Branch, check_destination, warn_once
 from bulksync.graph.schema import ROOT, is_pydantic_model, schema_mapper
 from bulksync.types import Command, Send
 
@@ -61,6 +61,9 @@ class StateKeys:
 
     order: tuple[str, ...]
     strict: bool = True
+    silent: bool = False
+    """Drop other keys without a word: a subgraph's private keys, input keys outside the
+    input schema (both normal, as in LangGraph)."""
     members: frozenset[str] = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
@@ -90,21 +93,26 @@ class StateNodeWriter:
     nodes: frozenset[str]
     edges: tuple[Write, ...] = ()
     branches: tuple[BranchReader, ...] = ()
+    strict: bool = False
+    """Raise (instead of skipping with a warning) on a goto, Send or branch to an unknown
+    node; the keys carry their own ``strict`` for updates."""
 
     def __call__(self, output: Any, read: ReadState) -> list[Write]:
         """The writes for ``output``, in LangGraph's order.
 
         Raises:
             ParentCommand: the output holds a ``Command(graph=Command.PARENT)``.
-            InvalidUpdateError: the output is not an update, or updates an unknown key.
-            InvalidGraphError: a goto, ``Send`` or branch names a node the graph lacks.
+            InvalidUpdateError: the output is not an update, or (strict) updates an unknown
+                key.
+            InvalidGraphError: (strict) a goto, ``Send`` or branch names a node the graph
+                lacks.
         """
         commands = _commands(output)
         for command in commands:
             if command.graph == Command.PARENT:
                 raise ParentCommand(command)
         writes = output_updates(self.node, output, self.keys)
-        writes.extend(control_writes(self.node, output, commands, self.nodes))
+        writes.extend(control_writes(self.node, output, commands, self.nodes, self.strict))
         writes.extend(self.edges)
         for reader in self.branches:
             writes.extend(self._branch_writes(reader, output, read, writes))
@@ -119,7 +127,7 @@ class StateNodeWriter:
         elif reader.branch.input_schema is None and isinstance(value, dict):
             # LangGraph hands the path the node's own output keys too, under the state's.
             value = {**output, **value} if isinstance(output, dict) else value
-        picked = reader.branch.route(self.node, value, self.nodes)
+        picked = reader.branch.route(self.node, value, self.nodes, strict=self.strict)
         return [(TASKS, d) if isinstance(d, Send) else (branch_channel(d), None) for d in picked]
 
 
@@ -171,20 +179,26 @@ def _not_an_update(node: str, output: Any, what: str | None) -> InvalidUpdateErr
 
 
 def _checked(node: str, pairs: list[Write], keys: StateKeys) -> list[Write]:
-    if not keys.strict:
-        return [(k, v) for k, v in pairs if k in keys.members]
-    for key, _ in pairs:
-        if key not in keys.members:
-            raise InvalidUpdateError(
-                node_error_message(
-                    node,
-                    f"update names '{key}', which is not a key of the graph state. Valid keys: "
-                    f"{sorted(keys.members)}. Add '{key}' to the state schema, or stop "
-                    "returning it.",
-                    key=key,
-                )
-            )
-    return pairs
+    """``pairs`` whose key is a state key. Another key is dropped, as LangGraph drops it —
+    with a warning when the node could have meant it (not a subgraph's private key, not an
+    input outside the input schema) — or raises when ``keys.strict``."""
+    kept: list[Write] = []
+    for key, value in pairs:
+        if key in keys.members:
+            kept.append((key, value))
+            continue
+        if keys.silent:
+            continue
+        message = node_error_message(
+            node,
+            f"update names '{key}', which is not a key of the graph state. Valid keys: "
+            f"{sorted(keys.members)}. Add '{key}' to the state schema, or stop returning it.",
+            key=key,
+        )
+        if keys.strict:
+            raise InvalidUpdateError(message)
+        warn_once(f"{message} Ignored (compile with strict=True to raise).")
+    return kept
 
 
 def _root_updates(output: Any) -> list[Write]:
@@ -239,23 +253,29 @@ def object_updates(value: Any, fields: Collection[str], keys: StateKeys) -> list
 
 
 def control_writes(
-    node: str, output: Any, commands: Sequence[Command[Any]], nodes: Collection[str]
+    node: str,
+    output: Any,
+    commands: Sequence[Command[Any]],
+    nodes: Collection[str],
+    strict: bool,
 ) -> list[Write]:
-    """Step 1, second half: a returned ``Send`` and each ``Command``'s ``goto``.
+    """Step 1, second half: a returned ``Send`` and each ``Command``'s ``goto`` (a node the
+    graph lacks skipped with a warning, unless ``strict``).
 
     Raises:
-        InvalidGraphError: a goto or ``Send`` names a node the graph lacks.
+        InvalidGraphError: (``strict``) a goto or ``Send`` names a node the graph lacks.
         InvalidUpdateError: a ``Send`` is addressed to END.
     """
     if isinstance(output, Send):
-        check_destination(node, output, nodes, via="returned Send")
-        return [(TASKS, output)]
+        known = check_destination(node, output, nodes, via="returned Send", strict=strict)
+        return [(TASKS, output)] if known else []
     writes: list[Write] = []
     for command in commands:
         goto = command.goto
         targets = [goto] if isinstance(goto, (Send, str)) else list(goto)
         for target in targets:
-            check_destination(node, target, nodes, via="Command(goto=...)")
+            if not check_destination(node, target, nodes, via="Command(goto=...)", strict=strict):
+                continue
             if isinstance(target, Send):
                 writes.append((TASKS, target))
             elif target != END:
@@ -264,7 +284,7 @@ def control_writes(
 
 
 def compile_nodes(
-    builder: StateGraph[Any],
+    builder: StateGraph[Any], *, strict: bool = False
 ) -> tuple[dict[str, BaseChannel[Any, Any]], dict[str, NodeSpec]]:
     """Every channel of the compiled graph, and every node (``__start__`` first) with its writer.
 
@@ -275,10 +295,11 @@ def compile_nodes(
     names = frozenset(builder.nodes)
     start_writer = StateNodeWriter(
         START,
-        StateKeys(tuple(builder.schemas[builder.input_schema]), strict=False),
+        StateKeys(tuple(builder.schemas[builder.input_schema]), strict=False, silent=True),
         names,
         tuple(edge_writes[START]),
         _branch_readers(builder, START),
+        strict,
     )
     nodes = {
         START: NodeSpec(
@@ -294,9 +315,10 @@ def compile_nodes(
     for key, node in builder.nodes.items():
         read = tuple(builder.schemas[node.input_schema])
         # A subgraph returns its whole state: keys the parent lacks are dropped, as in LangGraph.
-        keys = StateKeys(all_keys, strict=node.subgraph is None)
+        private = node.subgraph is not None
+        keys = StateKeys(all_keys, strict=strict and not private, silent=private)
         writer = StateNodeWriter(
-            key, keys, names, tuple(edge_writes[key]), _branch_readers(builder, key)
+            key, keys, names, tuple(edge_writes[key]), _branch_readers(builder, key), strict
         )
         nodes[key] = NodeSpec(
             name=key,

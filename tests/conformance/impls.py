@@ -103,6 +103,10 @@ EXCLUDED: dict[str, dict[str, str]] = {
             "RemoteGraph run always checkpoints to Postgres, so LangGraph's RuntimeError "
             "cannot happen"
         ),
+        "debug_stream_without_checkpointer": (
+            "it streams a graph without a checkpointer, and a RemoteGraph run always "
+            "checkpoints to Postgres, so its checkpoint chunks are there by design"
+        ),
         "empty_input": (
             "its `no_thread_id` case calls a checkpointed graph without a thread id, and "
             "a RemoteGraph call without one runs on a new thread (the client makes one up), "

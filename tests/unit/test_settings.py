@@ -12,7 +12,14 @@ import pytest
 from bulksync import settings as settings_module
 from bulksync.errors import ConfigError
 from bulksync.service import coordinator as coordinator_module
-from bulksync.settings import GROUPS, Declaration, Settings, declarations, redact
+from bulksync.settings import (
+    GROUPS,
+    Declaration,
+    Settings,
+    declarations,
+    env_setting,
+    redact,
+)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 NUMBERS = [d for d in declarations() if d.kind in (int, float)]
@@ -165,7 +172,7 @@ def test_every_field_is_declared_with_group_unit_and_help() -> None:
         assert d.group in GROUPS, d.name
         assert d.doc and "\n" not in d.doc, d.name
         assert d.env == "BULKSYNC_" + d.name.upper()
-        assert d.kind in (str, int, float, Path), d.name
+        assert d.kind in (str, int, float, bool, Path), d.name
         if d.kind in (int, float):
             assert d.unit, f"{d.name} needs a unit"
         assert d.default_text, d.name
@@ -271,3 +278,22 @@ def test_no_component_takes_loose_options() -> None:
     for function in (coordinator_module.Coordinator.__init__, coordinator_module.open_coordinator):
         kinds = {p.kind for p in inspect.signature(function).parameters.values()}
         assert inspect.Parameter.VAR_KEYWORD not in kinds, function
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"), [("1", True), ("true", True), ("On", True), ("0", False), ("no", False)]
+)
+def test_a_flag_setting_reads_the_usual_words(text: str, expected: bool) -> None:
+    assert Settings.from_env({"BULKSYNC_STRICT": text}).strict is expected
+    assert env_setting("strict", {"BULKSYNC_STRICT": text}) is expected
+
+
+def test_a_flag_setting_refuses_other_words_naming_the_variable() -> None:
+    with pytest.raises(ConfigError, match=re.escape("BULKSYNC_STRICT='maybe': set it to 1 (on)")):
+        Settings.from_env({"BULKSYNC_STRICT": "maybe"})
+
+
+def test_one_setting_is_read_without_the_others() -> None:
+    broken = {"BULKSYNC_STRICT": "1", "BULKSYNC_REDIS_URL": "nope"}
+    assert env_setting("strict", broken) is True
+    assert env_setting("strict", {}) is False

@@ -16,6 +16,7 @@ from bulksync.errors import (
     SerializationError,
 )
 from bulksync.graph import END, START, StateGraph
+from bulksync.graph.branch import warn_once
 from bulksync.graph.compiled import CompiledStateGraph
 from bulksync.types import Command, Send, interrupt
 
@@ -109,26 +110,56 @@ def test_unserializable_value_names_node_channel_and_type() -> None:
     assert "Opaque' has no msgpack encoding" in str(info.value)
 
 
-def test_send_to_unknown_node_names_the_node() -> None:
+def _sends_to_a_ghost() -> StateGraph[State]:
     builder = StateGraph(State)
     builder.add_node("bump", _bump)
-    builder.add_conditional_edges(START, lambda state: [Send("ghost", state)])
+    builder.add_conditional_edges(START, lambda state: [Send("ghost", state), Send("bump", state)])
     builder.add_edge("bump", END)
-    graph = builder.compile()
+    return builder
+
+
+def test_send_to_unknown_node_names_the_node_when_strict() -> None:
+    graph = _sends_to_a_ghost().compile(strict=True)
     with pytest.raises(InvalidGraphError, match=r"unknown node 'ghost'.*add_node"):
         graph.invoke({"x": 0, "log": []})
 
 
-def test_update_with_unknown_key_names_node_and_key() -> None:
+def test_strict_comes_from_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BULKSYNC_STRICT", "1")
+    with pytest.raises(InvalidGraphError, match=r"unknown node 'ghost'"):
+        _sends_to_a_ghost().compile().invoke({"x": 0, "log": []})
+    assert _sends_to_a_ghost().compile(strict=False).invoke({"x": 0, "log": []})["x"] == 1
+
+
+def test_send_to_unknown_node_is_skipped_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    warn_once.cache_clear()  # once per process: forget what earlier tests were told
+    graph = _sends_to_a_ghost().compile()
+    for _ in range(2):
+        assert graph.invoke({"x": 0, "log": []})["x"] == 1  # as LangGraph: bump ran, ghost not
+    warned = [r.getMessage() for r in caplog.records if "'ghost'" in r.getMessage()]
+    assert len(warned) == 1 and "strict=True" in warned[0], warned
+
+
+def _typo_graph(**compile_kw: Any) -> Any:
     builder = StateGraph(State)
-    builder.add_node("typo", lambda state: {"y": 1})
+    builder.add_node("typo", lambda state: {"x": 1, "y": 1})
     builder.add_edge(START, "typo")
     builder.add_edge("typo", END)
-    graph = builder.compile()
+    return builder.compile(**compile_kw)
+
+
+def test_update_with_unknown_key_names_node_and_key_when_strict() -> None:
     with pytest.raises(InvalidUpdateError, match=r"typo") as info:
-        graph.invoke({"x": 0, "log": []})
+        _typo_graph(strict=True).invoke({"x": 0, "log": []})
     assert "'y'" in str(info.value)
     assert "Add 'y' to the state schema" in str(info.value)
+
+
+def test_update_with_unknown_key_is_ignored_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    assert _typo_graph().invoke({"x": 0, "log": []}) == {"x": 1, "log": []}
+    assert any("'y'" in r.getMessage() and "Ignored" in r.getMessage() for r in caplog.records)
 
 
 def test_none_input_on_fresh_thread_is_empty_input() -> None:

@@ -83,9 +83,9 @@ def graph(schema: Any = State, *names: str) -> StateGraph[Any]:
     return builder
 
 
-def writer(builder: StateGraph[Any], node: str) -> NodeWriter:
-    """The compiled writer of ``node``."""
-    return build_spec(builder).nodes[node].writer
+def writer(builder: StateGraph[Any], node: str, *, strict: bool = False) -> NodeWriter:
+    """The compiled writer of ``node`` (``strict``: with bulksync's stricter checks)."""
+    return build_spec(builder, strict=strict).nodes[node].writer
 
 
 def test_dict_output_becomes_one_write_per_key_then_static_edges() -> None:
@@ -103,12 +103,18 @@ def test_none_output_writes_only_the_edges() -> None:
     assert writer(builder, "a")(None, FakeRead({})) == [("branch:to:b", None)]
 
 
-def test_unknown_key_names_node_key_and_valid_keys() -> None:
+def test_unknown_key_names_node_key_and_valid_keys_when_strict() -> None:
     builder = graph(State, "a")
     with pytest.raises(InvalidUpdateError) as info:
-        writer(builder, "a")({"x": 1, "typo": 2}, FakeRead({}))
+        writer(builder, "a", strict=True)({"x": 1, "typo": 2}, FakeRead({}))
     message = str(info.value)
     assert "node 'a'" in message and "'typo'" in message and "['log', 'x']" in message
+
+
+def test_unknown_key_is_dropped_by_default() -> None:
+    builder = graph(State, "a")
+    assert writer(builder, "a")({"x": 1, "typo": 2}, FakeRead({})) == [("x", 1)]
+    assert writer(builder, "a")(Command(update={"nope": 1}), FakeRead({})) == []
 
 
 def test_non_update_output_is_rejected_naming_the_node() -> None:
@@ -155,19 +161,27 @@ def test_list_of_commands_and_dicts_writes_updates_first_in_order() -> None:
     assert out == [("x", 1), ("x", 2), ("log", ["p"]), ("log", ["q"]), ("branch:to:b", None)]
 
 
-def test_command_update_with_unknown_key_is_rejected() -> None:
+def test_command_update_with_unknown_key_is_rejected_when_strict() -> None:
     builder = graph(State, "a")
     with pytest.raises(InvalidUpdateError, match="'nope'"):
-        writer(builder, "a")(Command(update={"nope": 1}), FakeRead({}))
+        writer(builder, "a", strict=True)(Command(update={"nope": 1}), FakeRead({}))
 
 
-def test_goto_and_send_to_unknown_nodes_name_source_and_target() -> None:
+def test_goto_and_send_to_unknown_nodes_name_source_and_target_when_strict() -> None:
     builder = graph(State, "a")
     for output in (Command(goto="ghost"), Command(goto=Send("ghost", 1)), Send("ghost", 1)):
         with pytest.raises(InvalidGraphError, match=r"node 'a'.*unknown node 'ghost'"):
-            writer(builder, "a")(output, FakeRead({}))
-    with pytest.raises(InvalidGraphError, match="valid destination"):
-        writer(builder, "a")(Command(goto=START), FakeRead({}))
+            writer(builder, "a", strict=True)(output, FakeRead({}))
+    for strict in (True, False):  # not a destination at all: an error either way
+        with pytest.raises(InvalidGraphError, match="valid destination"):
+            writer(builder, "a", strict=strict)(Command(goto=START), FakeRead({}))
+
+
+def test_goto_and_send_to_unknown_nodes_are_skipped_by_default() -> None:
+    builder = graph(State, "a", "b")
+    command = Command(update={"x": 1}, goto=["ghost", Send("ghost", 1), "b"])
+    assert writer(builder, "a")(command, FakeRead({})) == [("x", 1), ("branch:to:b", None)]
+    assert writer(builder, "a")(Send("ghost", 1), FakeRead({})) == []
 
 
 def test_send_to_end_is_an_invalid_update() -> None:
@@ -229,9 +243,10 @@ def test_branch_without_path_map_routes_by_name_and_rejects_unknown() -> None:
     builder.add_conditional_edges("a", route)
     assert writer(builder, "a")({"x": 1}, FakeRead({})) == [("x", 1), ("branch:to:b", None)]
     with pytest.raises(InvalidGraphError, match=r"node 'a'.*'route'.*unknown node 'nowhere'"):
-        writer(builder, "a")(None, FakeRead({}))
+        writer(builder, "a", strict=True)(None, FakeRead({}))
+    assert writer(builder, "a")(None, FakeRead({})) == []  # skipped, as LangGraph does
     with pytest.raises(InvalidGraphError, match="valid destination: got None"):
-        Branch.from_path(lambda s: None, None).route("a", {}, {"b"})
+        Branch.from_path(lambda s: None, None).route("a", {}, {"b"}, strict=False)
 
 
 def test_branch_sends_become_tasks() -> None:
@@ -304,14 +319,15 @@ def test_pydantic_output_skips_unset_none_defaults() -> None:
     assert write(ModelState(note=None), FakeRead({})) == [("x", 0), ("note", None)]
 
 
-def test_foreign_dataclass_output_with_unknown_field_is_rejected() -> None:
+def test_foreign_dataclass_output_with_unknown_field_is_rejected_when_strict() -> None:
     @dataclasses.dataclass
     class Other:
         x: int
         stray: int
 
     with pytest.raises(InvalidUpdateError, match="'stray'"):
-        writer(graph(State, "a"), "a")(Other(1, 2), FakeRead({}))
+        writer(graph(State, "a"), "a", strict=True)(Other(1, 2), FakeRead({}))
+    assert writer(graph(State, "a"), "a")(Other(1, 2), FakeRead({})) == [("x", 1)]
 
 
 def test_start_node_keeps_input_schema_keys_and_drops_others() -> None:
