@@ -19,6 +19,7 @@ from bulksync.constants import END, NS_END, NS_SEP, RESERVED, START
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import InvalidGraphError
 from bulksync.graph.branch import Branch
+from bulksync.graph.runnable import is_runnable, runnable_call, runnable_name
 from bulksync.graph.schema import (
     ROOT,
     command_destinations,
@@ -158,6 +159,8 @@ class StateGraph(Generic[StateT]):
             node, action = _node_name(node), node
         if action is None:
             raise InvalidGraphError(f"add_node('{node}'): pass the function the node runs.")
+        if is_runnable(action) and not isinstance(getattr(action, "spec", None), GraphSpec):
+            action = runnable_call(action)  # called with the state and the node's config
         _check_node_name(node, self.nodes)
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
@@ -321,6 +324,8 @@ class StateGraph(Generic[StateT]):
 def _node_name(action: Any) -> str:
     if isinstance(getattr(action, "spec", None), GraphSpec):
         name = getattr(action, "name", None)
+    elif is_runnable(action):
+        name = runnable_name(action)
     else:
         name = getattr(action, "__name__", type(action).__name__)
     if not isinstance(name, str):

@@ -1,0 +1,44 @@
+"""LangChain Runnables as nodes: ``RunnableLambda``, tools, sequences, prebuilt agent graphs.
+
+LangGraph accepts any ``Runnable`` as a node's action and calls it with the state and the
+node's config. bulksync does the same without depending on langchain-core: an object can only
+be a ``Runnable`` if langchain-core is loaded already, so the check looks the class up in the
+loaded modules and never imports it. The node runs ``invoke`` (or ``ainvoke`` for a Runnable
+that has only an async function), named as LangGraph names it, ``get_name()``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def is_runnable(action: Any) -> bool:
+    """Whether ``action`` is a LangChain ``Runnable`` (never imports langchain-core)."""
+    module = sys.modules.get("langchain_core.runnables.base")
+    runnable = getattr(module, "Runnable", None)
+    return isinstance(runnable, type) and isinstance(action, runnable)
+
+
+def runnable_name(action: Any) -> str:
+    """The node name LangGraph gives a Runnable added without one: its ``get_name()``."""
+    return str(action.get_name())
+
+
+def runnable_call(action: Any) -> Callable[..., Any]:
+    """A node function calling the Runnable ``action`` with the state and the node's config."""
+    only_async = not callable(getattr(action, "func", None)) and callable(
+        getattr(action, "afunc", None)
+    )
+    if only_async:
+
+        async def call_async(state: Any, config: Any) -> Any:
+            return await action.ainvoke(state, config)
+
+        return call_async
+
+    def call(state: Any, config: Any) -> Any:
+        return action.invoke(state, config)
+
+    return call

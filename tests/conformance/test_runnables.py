@@ -1,0 +1,96 @@
+"""LangChain Runnables as nodes: lambdas, sequences, and a prebuilt agent graph.
+
+LangGraph accepts any ``Runnable`` as a node's action, names it by ``get_name()``, and calls
+it with the state and the node's config; a graph made by ``langgraph.prebuilt`` is such a
+Runnable. The scenarios run on every flavour (on the cluster the node runs on a worker).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import RunnableLambda
+from langchain_core.tools import tool
+from langgraph.prebuilt import create_react_agent
+
+from .harness import Conform
+from .impls import Impl
+
+pytestmark = [
+    pytest.mark.conformance,
+    # create_react_agent is deprecated in LangGraph 1.x (for langchain's create_agent); the
+    # scenario uses it because agent code in the wild does.
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::PendingDeprecationWarning"),
+]
+
+
+class State(TypedDict):
+    log: Annotated[list[str], operator.add]
+    n: int
+
+
+def bump(state: State) -> dict[str, Any]:
+    return {"log": ["bump"], "n": state["n"] + 1}
+
+
+def runnable_nodes(impl: Impl) -> Any:
+    def sees_config(state: State, config: Any) -> dict[str, Any]:
+        return {"log": [f"thread {config['configurable'].get('thread_id')}"]}
+
+    b = impl.StateGraph(State)
+    b.add_node(RunnableLambda(bump))  # named "bump", by get_name()
+    b.add_node(
+        "chain", RunnableLambda(lambda s: s["n"]) | RunnableLambda(lambda n: {"log": [f"n={n}"]})
+    )
+    b.add_node("config", RunnableLambda(sees_config))
+    b.add_edge(impl.START, "bump")
+    b.add_edge("bump", "chain")
+    b.add_edge("chain", "config")
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = {"configurable": {"thread_id": "runnables"}}
+    return {"invoke": g.invoke({"log": [], "n": 1}, cfg), "updates": list(g.stream({"n": 5}, cfg))}
+
+
+def test_runnable_nodes(conform: Conform) -> None:
+    conform(runnable_nodes)
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+class ToolCallingFake(GenericFakeChatModel):
+    """A fake chat model that accepts tools (its answers are scripted)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+
+def _plain(messages: list[BaseMessage]) -> list[tuple[str, Any]]:
+    return [(type(m).__name__, m.content) for m in messages]
+
+
+def prebuilt_agent_as_node(impl: Impl) -> Any:
+    script = [
+        AIMessage(content="", tool_calls=[{"name": "add", "args": {"a": 2, "b": 3}, "id": "c1"}]),
+        AIMessage(content="2 + 3 = 5"),
+    ]
+    agent = create_react_agent(ToolCallingFake(messages=iter(script)), [add])
+    b = impl.StateGraph(impl.MessagesState)
+    b.add_node("agent", agent)
+    b.add_node("after", lambda s: {"messages": [("ai", f"{len(s['messages'])} messages")]})
+    b.add_edge(impl.START, "agent")
+    b.add_edge("agent", "after")
+    out = impl.compile(b).invoke({"messages": [("user", "what is 2 + 3?")]})
+    return _plain(out["messages"])
+
+
+def test_prebuilt_agent_as_node(conform: Conform) -> None:
+    conform(prebuilt_agent_as_node)
