@@ -25,6 +25,7 @@ from bulksync.coordinator.options import RunOptions, validate_recursion_limit
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.coordinator.stream import frame, stream_modes
 from bulksync.errors import GraphInterrupt
+from bulksync.graph.langchain_graph import langchain_available, to_langchain_graph
 from bulksync.graph.layout import builder_drawable
 from bulksync.types import StateSnapshot
 from bulksync.workers.local import LocalExecutor
@@ -287,9 +288,17 @@ class CompiledStateGraph:
         saver = self._require_saver()
         return thread_state.update_state(self.spec, saver, config, values, as_node)
 
-    def get_graph(self, config: Mapping[str, Any] | None = None, *, xray: bool = False) -> Any:
-        """The graph's drawable structure (``.draw_mermaid()``)."""
-        return builder_drawable(self.builder, self.spec)
+    def get_graph(
+        self, config: Mapping[str, Any] | None = None, *, xray: bool | int = False
+    ) -> Any:
+        """The graph's drawing: LangChain's ``Graph`` when langchain-core is installed (for
+        ``draw_mermaid_png``, ``draw_ascii``, …), else bulksync's ``DrawableGraph``; both
+        draw LangGraph's Mermaid. ``xray`` expands subgraphs (all levels, or that many)."""
+        drawing = builder_drawable(self.builder, self.spec, xray=xray)
+        if not langchain_available():
+            return drawing
+        actions = {name: node.action for name, node in self.builder.nodes.items()}
+        return to_langchain_graph(drawing, actions)
 
 
 DURABILITIES = ("sync", "async", "exit")

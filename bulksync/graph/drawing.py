@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
@@ -152,17 +152,59 @@ class DrawableGraph:
         )
         return cls(names, list(laid.values()), metadata=metadata)
 
-    def first_node(self) -> str | None:
-        """The one node no edge enters, or None when there are none or several."""
-        targets = {e.target for e in self.edges}
-        found = [n for n in self.nodes if n not in targets]
+    def first_node(self, exclude: Collection[str] = ()) -> str | None:
+        """The one node no edge enters, or None when there are none or several (``exclude``:
+        nodes, and their edges, to leave out)."""
+        targets = {e.target for e in self.edges if e.source not in exclude}
+        found = [n for n in self.nodes if n not in exclude and n not in targets]
         return found[0] if len(found) == 1 else None
 
-    def last_node(self) -> str | None:
-        """The one node no edge leaves, or None when there are none or several."""
-        sources = {e.source for e in self.edges}
-        found = [n for n in self.nodes if n not in sources]
+    def last_node(self, exclude: Collection[str] = ()) -> str | None:
+        """The one node no edge leaves, or None when there are none or several (``exclude``:
+        nodes, and their edges, to leave out)."""
+        sources = {e.source for e in self.edges if e.target not in exclude}
+        found = [n for n in self.nodes if n not in exclude and n not in sources]
         return found[0] if len(found) == 1 else None
+
+    def with_subgraph(self, name: str, sub: DrawableGraph) -> DrawableGraph:
+        """This drawing with node ``name`` replaced by the drawing ``sub`` of its subgraph, as
+        ``get_graph(xray=…)`` shows it: ``sub``'s nodes named ``name:<node>``, without its
+        ``__start__``/``__end__`` where the subgraph still has a single first/last node
+        without them, edges into ``name`` going to its first node and edges out of ``name``
+        leaving from its last. A subgraph without one first and one last node stays a node.
+        """
+        if len(sub.nodes) < 2 or name not in self.nodes:
+            return self
+        first, last = sub.first_node(), sub.last_node()
+        if first is None or last is None:
+            return self
+        dropped = {
+            n for n, one in ((first, sub.first_node([first])), (last, sub.last_node([last]))) if one
+        }
+        inner = [n for n in sub.nodes if n not in dropped]
+        inner_edges = [e for e in sub.edges if e.source not in dropped and e.target not in dropped]
+        kept = DrawableGraph(inner, inner_edges)
+        entry, exit_ = kept.first_node(), kept.last_node()
+
+        def prefixed(node: str) -> str:
+            return f"{name}:{node}"
+
+        edges = [
+            dataclasses.replace(
+                e,
+                source=prefixed(exit_) if e.source == name and exit_ else e.source,
+                target=prefixed(entry) if e.target == name and entry else e.target,
+            )
+            for e in self.edges
+        ]
+        edges += [
+            dataclasses.replace(e, source=prefixed(e.source), target=prefixed(e.target))
+            for e in inner_edges
+        ]
+        metadata = {n: m for n, m in self.metadata.items() if n != name}
+        metadata.update({prefixed(n): m for n, m in sub.metadata.items() if n in inner})
+        nodes = [n for n in self.nodes if n != name] + [prefixed(n) for n in inner]
+        return DrawableGraph(nodes, edges, metadata=metadata)
 
     def draw_mermaid(
         self,

@@ -19,8 +19,13 @@ if TYPE_CHECKING:
     from bulksync.graph.drawing import DrawableGraph, DrawEdge
 
 
-def builder_drawable(builder: StateGraph[Any], spec: GraphSpec | None = None) -> DrawableGraph:
+def builder_drawable(
+    builder: StateGraph[Any], spec: GraphSpec | None = None, *, xray: bool | int = False
+) -> DrawableGraph:
     """The drawing LangGraph's ``get_graph()`` makes of ``builder`` (compiled as ``spec``).
+
+    ``xray`` draws subgraph nodes as their own nodes and edges: all levels when True, that
+    many levels when a number.
 
     Like LangGraph, it runs the graph on its triggers alone: each node fires its static edges,
     and declares its conditional ones (path maps, ``destinations``, ``Command[Literal]``
@@ -51,9 +56,18 @@ def builder_drawable(builder: StateGraph[Any], spec: GraphSpec | None = None) ->
             meta["__tools"] = list(tools)
         if meta:
             metadata[key] = meta
-    return DrawableGraph.assemble(
+    drawing = DrawableGraph.assemble(
         list(spec.nodes), edges, metadata=metadata, last_step_nodes=last_step
     )
+    if not xray:
+        return drawing
+    deeper = xray if isinstance(xray, bool) else xray - 1
+    for key, node in builder.nodes.items():
+        sub = node.subgraph
+        if sub is not None:
+            inner = builder_drawable(sub.builder, sub.spec, xray=deeper)
+            drawing = drawing.with_subgraph(key, inner)
+    return drawing
 
 
 _Declared = list[list[tuple[str, str | None]]]

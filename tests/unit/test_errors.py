@@ -187,12 +187,19 @@ def _max_concurrency() -> Any:
     return _graph().invoke({"log": []}, {"max_concurrency": 0})
 
 
+def _drawing() -> Any:
+    """bulksync's own drawing, which get_graph() returns when langchain-core is absent."""
+    from bulksync.graph.layout import builder_drawable
+
+    return builder_drawable(_graph().builder)
+
+
 def _curve_style() -> Any:
-    return _graph().get_graph().draw_mermaid(curve_style="zigzag")
+    return _drawing().draw_mermaid(curve_style="zigzag")
 
 
 def _wrap_words() -> Any:
-    return _graph().get_graph().draw_mermaid(wrap_label_n_words=0)
+    return _drawing().draw_mermaid(wrap_label_n_words=0)
 
 
 def _demo_topics() -> Any:

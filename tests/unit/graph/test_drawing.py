@@ -347,3 +347,62 @@ def test_bad_drawings_name_the_culprit(
 def test_bad_draw_options_are_refused(options: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         LINEAR.draw_mermaid(**options)
+
+
+# --- get_graph(): LangChain's Graph, and xray ----------------------------------------------------
+
+
+def _nested(graph_module: Any) -> Any:
+    """A graph with a subgraph node whose own subgraph node is a two-node chain."""
+    inner = graph_module.StateGraph(State)
+    inner.add_node("p", step)
+    inner.add_node("q", step)
+    inner.add_edge(START, "p")
+    inner.add_edge("p", "q")
+    middle = graph_module.StateGraph(State)
+    middle.add_node("x", step)
+    middle.add_node("y", inner.compile())
+    middle.add_edge(START, "x")
+    middle.add_edge("x", "y")
+    outer = graph_module.StateGraph(State)
+    outer.add_node("a", step)
+    outer.add_node("b", step)
+    outer.add_node("sub", middle.compile())
+    outer.add_edge(START, "a")
+    outer.add_conditional_edges("a", pick_b, ["b", "sub"])
+    outer.add_edge("b", END)
+    return outer.compile(interrupt_before=["b"])
+
+
+def _shown(graph: Any) -> tuple[str, list[Any], list[Any]]:
+    nodes = [(k, n.name, n.metadata) for k, n in graph.nodes.items()]
+    edges = [(e.source, e.target, e.data, e.conditional) for e in graph.edges]
+    return str(graph.draw_mermaid()), nodes, edges
+
+
+@pytest.mark.parametrize("xray", [False, True, 1, 2], ids=repr)
+def test_get_graph_is_langchains_graph_with_langgraphs_xray(xray: bool | int) -> None:
+    from bulksync import graph as bs_graph
+
+    ours = _nested(bs_graph).get_graph(xray=xray)
+    assert isinstance(ours, lc_graph.Graph)
+    assert _shown(ours) == _shown(_nested(lg_graph).get_graph(xray=xray))
+
+
+def test_without_langchain_get_graph_is_bulksyncs_drawing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bulksync import graph as bs_graph
+    from bulksync.graph import compiled
+
+    monkeypatch.setattr(compiled, "langchain_available", lambda: False)
+    drawing = _nested(bs_graph).get_graph(xray=True)
+    assert isinstance(drawing, DrawableGraph)
+    assert drawing.draw_mermaid() == _nested(lg_graph).get_graph(xray=True).draw_mermaid()
+
+
+def test_a_subgraph_without_one_first_and_last_node_stays_a_node() -> None:
+    outer = DrawableGraph([START, "s", END], [DrawEdge(START, "s"), DrawEdge("s", END)])
+    forked = DrawableGraph(
+        [START, "l", "r"], [DrawEdge(START, "l", True), DrawEdge(START, "r", True)]
+    )
+    assert outer.with_subgraph("s", forked) is outer
+    assert outer.with_subgraph("ghost", forked) is outer
