@@ -27,14 +27,20 @@ from psycopg_pool import PoolTimeout
 
 from bulksync import keys
 from bulksync.constants import THREAD_ID
-from bulksync.coordinator.stream import check_modes, frame, stream_modes
+from bulksync.coordinator.stream import (
+    check_modes,
+    check_version,
+    frame,
+    stream_modes,
+    stream_part,
+)
 from bulksync.errors import ConfigError, ServiceUnavailableError, UnservedGraphError
 from bulksync.retry import is_transient_redis, retry
 from bulksync.service import runs
 from bulksync.service.cancel import cancel_run
 from bulksync.service.runs import Run, RunEvent, RunStore
 from bulksync.settings import Settings, redact
-from bulksync.types import StateSnapshot
+from bulksync.types import GraphOutput, StateSnapshot
 from bulksync.workers import wire
 
 __all__ = ["Client", "RemoteGraph", "Run", "RunEvent"]
@@ -362,9 +368,12 @@ class RemoteGraph:
         interrupt_before: Sequence[str] | str | None = None,
         interrupt_after: Sequence[str] | str | None = None,
         durability: str | None = None,
+        version: str = "v1",
         **kwargs: Any,
     ) -> Any:
-        """Run to the end (or a pause) and return the output values, as the local graph."""
+        """Run to the end (or a pause) and return the output values, as the local graph
+        (``version="v2"``: a ``GraphOutput``, its value a dict: no schema is loaded here)."""
+        check_version(version)
         kw: dict[str, Any] = dict(
             output_keys=output_keys,
             interrupt_before=interrupt_before,
@@ -372,7 +381,7 @@ class RemoteGraph:
             durability=durability,
         )
         if stream_mode != "values":
-            return list(self.stream(input, config, stream_mode=stream_mode, **kw))
+            return list(self.stream(input, config, stream_mode=stream_mode, version=version, **kw))
         run_id = self.client.submit(
             self.graph_id,
             input,
@@ -383,7 +392,11 @@ class RemoteGraph:
             interrupt_after=interrupt_after,
             durability=durability,
         )
-        return _result(self.client.wait(run_id, self.timeout))
+        output = _result(self.client.wait(run_id, self.timeout))
+        if version == "v2":
+            part = stream_part((), "values", output)
+            return GraphOutput(value=part["data"], interrupts=part["interrupts"])
+        return output
 
     def stream(
         self,
@@ -397,9 +410,12 @@ class RemoteGraph:
         durability: str | None = None,
         subgraphs: bool = False,
         debug: bool | None = None,
+        version: str = "v1",
         **kwargs: Any,
     ) -> Iterator[Any]:
-        """Run and yield the chunks the local graph would, framed the same way."""
+        """Run and yield the chunks the local graph would, framed the same way (v2 parts'
+        values stay dicts: no schema is loaded here)."""
+        check_version(version)
         modes, bare = stream_modes(stream_mode, bool(debug))
         payload = {
             "input": input,
@@ -419,7 +435,12 @@ class RemoteGraph:
                 break
             if event.mode not in modes:
                 continue
-            yield frame(event.namespace, event.mode, event.chunk, subgraphs=subgraphs, bare=bare)
+            if version == "v2":
+                yield stream_part(event.namespace, event.mode, event.chunk)
+            else:
+                yield frame(
+                    event.namespace, event.mode, event.chunk, subgraphs=subgraphs, bare=bare
+                )
         _result(self.client.get(run_id))
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> StateSnapshot:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import warnings
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeVar
 
@@ -12,6 +13,7 @@ from bulksync.errors import GraphInterrupt
 from bulksync.ids import interrupt_id
 
 N = TypeVar("N", bound=Hashable)
+OutputT = TypeVar("OutputT")
 
 StreamMode = Literal[
     "values", "updates", "custom", "debug", "tasks", "checkpoints", "messages", "progress"
@@ -204,3 +206,43 @@ def interrupt(value: Any) -> Any:
         ctx.record_resume(list(pad.resume))
         return answer
     raise GraphInterrupt((Interrupt(value=value, id=interrupt_id(pad.task_ns, len(pad.resume))),))
+
+
+_OUTPUT_ACCESS = (
+    "Reading a GraphOutput by key is deprecated: use result.value for the output and "
+    "result.interrupts for the interrupts."
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GraphOutput(Generic[OutputT]):
+    """What ``invoke(..., version="v2")`` returns: the output ``value`` (an instance of the
+    output schema for dataclass and pydantic states) and the run's ``interrupts``.
+
+    Reading it like the v1 dict (``result["key"]``, ``"__interrupt__" in result``) still
+    works, with a ``DeprecationWarning``, as in LangGraph.
+    """
+
+    value: OutputT
+    interrupts: tuple[Interrupt, ...] = ()
+
+    def __getitem__(self, key: str) -> Any:
+        """The v1 reading: ``"__interrupt__"`` gives the interrupts, any other key a value."""
+        warnings.warn(_OUTPUT_ACCESS, DeprecationWarning, stacklevel=2)
+        if key == "__interrupt__":
+            return self.interrupts
+        if isinstance(self.value, dict):
+            return self.value[key]
+        try:
+            return getattr(self.value, key)
+        except AttributeError:
+            raise KeyError(key) from None
+
+    def __contains__(self, key: object) -> bool:
+        """The v1 test: ``"__interrupt__"`` when there are interrupts, else a value's key."""
+        warnings.warn(_OUTPUT_ACCESS, DeprecationWarning, stacklevel=2)
+        if key == "__interrupt__":
+            return bool(self.interrupts)
+        if isinstance(self.value, dict):
+            return key in self.value
+        return isinstance(key, str) and hasattr(self.value, key)

@@ -8,12 +8,12 @@ from; ``debug``: the last three wrapped with ``step``/``timestamp``/``type``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, get_args
 
 from bulksync.channels.base import BaseChannel
-from bulksync.constants import ERROR, INTERRUPT, RETURN
+from bulksync.constants import ERROR, INTERRUPT, RETURN, START
 from bulksync.coordinator.plan import Task, task_path_str
 from bulksync.coordinator.spec import Write
 from bulksync.coordinator.status import read_task_statuses
@@ -56,6 +56,54 @@ def frame(ns: tuple[str, ...], mode: str, chunk: Any, *, subgraphs: bool, bare: 
     if subgraphs:
         return (ns, chunk) if bare else (ns, mode, chunk)
     return chunk if bare else (mode, chunk)
+
+
+STREAM_VERSIONS = ("v1", "v2")
+"""How ``stream``/``invoke`` frame their output: v1 tuples and dicts, or v2 typed parts."""
+
+
+def check_version(version: str) -> None:
+    """Raise ``ConfigError`` (a ``ValueError``) naming a stream ``version`` that does not exist."""
+    if version not in STREAM_VERSIONS:
+        raise ConfigError(f"Unknown version {version!r}; use one of {STREAM_VERSIONS}.")
+
+
+def stream_part(
+    ns: tuple[str, ...],
+    mode: str,
+    chunk: Any,
+    *,
+    output: Callable[[Any], Any] | None = None,
+    state: Callable[[Any], Any] | None = None,
+) -> dict[str, Any]:
+    """A chunk as ``stream(..., version="v2")`` yields it: ``{"type", "ns", "data"}``.
+
+    A ``values`` part moves the ``__interrupt__`` key of its chunk to ``interrupts`` and, with
+    ``output``, gives the data as the output schema's instance; ``checkpoints`` and ``debug``
+    parts give checkpoint values through ``state`` (not the first checkpoint's, which lacks
+    keys the schema may require).
+    """
+    if mode == "values":
+        interrupts: tuple[Interrupt, ...] = ()
+        if isinstance(chunk, dict):
+            chunk = dict(chunk)
+            interrupts = tuple(chunk.pop(INTERRUPT, ()))
+            if output is not None:
+                chunk = output(chunk)
+        return {"type": mode, "ns": ns, "data": chunk, "interrupts": interrupts}
+    if mode in ("checkpoints", "debug") and state is not None and isinstance(chunk, dict):
+        chunk = _with_state(chunk, state)
+    return {"type": mode, "ns": ns, "data": chunk}
+
+
+def _with_state(chunk: dict[str, Any], state: Callable[[Any], Any]) -> dict[str, Any]:
+    """A checkpoint payload (or a debug event wrapping one) with its values through ``state``."""
+    if chunk.get("type") == "checkpoint" and isinstance(chunk.get("payload"), dict):
+        return {**chunk, "payload": _with_state(chunk["payload"], state)}
+    values = chunk.get("values")
+    if isinstance(values, dict) and START not in chunk.get("next", ()):
+        return {**chunk, "values": state(values)}
+    return chunk
 
 
 def read_channels(channels: Mapping[str, BaseChannel[Any, Any]], keys: Keys) -> Any:

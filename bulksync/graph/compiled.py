@@ -12,7 +12,7 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from bulksync.checkpoint.base import CheckpointSaver, config_thread
@@ -23,11 +23,12 @@ from bulksync.coordinator.executor import Executor
 from bulksync.coordinator.loop import Outcome, SuperstepLoop, invoke_nested
 from bulksync.coordinator.options import RunOptions, validate_recursion_limit
 from bulksync.coordinator.spec import GraphSpec
-from bulksync.coordinator.stream import frame, stream_modes
+from bulksync.coordinator.stream import check_version, frame, stream_modes, stream_part
 from bulksync.errors import GraphInterrupt
 from bulksync.graph.langchain_graph import langchain_available, to_langchain_graph
 from bulksync.graph.layout import builder_drawable
-from bulksync.types import StateSnapshot
+from bulksync.graph.schema import schema_mapper
+from bulksync.types import GraphOutput, StateSnapshot
 from bulksync.workers.local import LocalExecutor
 
 log = logging.getLogger(__name__)
@@ -97,9 +98,11 @@ class CompiledStateGraph:
         interrupt_before: Sequence[str] | str | None = None,
         interrupt_after: Sequence[str] | str | None = None,
         durability: str | None = None,
+        version: str = "v1",
         **kwargs: Any,
     ) -> Any:
-        """Run to the end (or a pause) and return the output values."""
+        """Run to the end (or a pause) and return the output values; with ``version="v2"``,
+        a ``GraphOutput`` (or, for another ``stream_mode``, the list of typed parts)."""
         ctx = maybe_current_task()
         if ctx is not None and ctx.parent is not None:
             outcome: Outcome = invoke_nested(self, input, ctx)
@@ -112,7 +115,13 @@ class CompiledStateGraph:
             **kwargs,
         )
         if stream_mode != "values":
-            return list(self.stream(input, config, stream_mode=stream_mode, **kw))
+            return list(self.stream(input, config, stream_mode=stream_mode, version=version, **kw))
+        if version == "v2":
+            parts = list(self.stream(input, config, stream_mode="values", version="v2", **kw))
+            value = parts[-1]["data"] if parts else None
+            found = tuple(i for part in parts for i in part["interrupts"])
+            return GraphOutput(value=value, interrupts=found)
+        check_version(version)
         latest: Any = None
         interrupts: list[Any] = []
         for item in self.stream(input, config, stream_mode=["updates", "values"], **kw):
@@ -139,9 +148,12 @@ class CompiledStateGraph:
         durability: str | None = None,
         subgraphs: bool = False,
         debug: bool | None = None,
+        version: str = "v1",
         **kwargs: Any,
     ) -> Iterator[Any]:
-        """Run and yield chunks as LangGraph frames them (see DESIGN.md §2)."""
+        """Run and yield chunks as LangGraph frames them (see DESIGN.md §2); ``version="v2"``
+        yields typed parts (``{"type", "ns", "data"}``) whatever the other arguments."""
+        check_version(version)
         modes, bare = stream_modes(stream_mode, bool(debug or (debug is None and self.debug)))
         config = self._run_config(config)
         _check_run_arguments(self.spec, durability, interrupt_before, interrupt_after)
@@ -172,6 +184,7 @@ class CompiledStateGraph:
                 events.put(exc)
 
         threading.Thread(target=body, name=f"bulksync-run-{self.name}", daemon=True).start()
+        typed = self._part_maker() if version == "v2" else None
         while True:
             item = events.get()
             if item is _DONE:
@@ -181,7 +194,24 @@ class CompiledStateGraph:
             ns, mode, chunk = item
             if (ns and not subgraphs) or mode not in modes:
                 continue
-            yield frame(ns, mode, chunk, subgraphs=subgraphs, bare=bare)
+            if typed is not None:
+                yield typed(ns, mode, chunk)
+            else:
+                yield frame(ns, mode, chunk, subgraphs=subgraphs, bare=bare)
+
+    def _part_maker(self) -> Callable[[tuple[str, ...], str, Any], dict[str, Any]]:
+        """v2 parts of this graph: values as its output schema, checkpoints as its state's."""
+        builder = self.builder
+        output = _coercer(builder.output_schema, builder.schemas[builder.output_schema])
+        state = _coercer(builder.state_schema, builder.schemas[builder.state_schema])
+
+        def part(ns: tuple[str, ...], mode: str, chunk: Any) -> dict[str, Any]:
+            # A subgraph's parts are left as they come: they hold its own schema's values.
+            if ns:
+                return stream_part(ns, mode, chunk)
+            return stream_part(ns, mode, chunk, output=output, state=state)
+
+        return part
 
     async def ainvoke(self, input: Any, config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
         """``invoke`` for async callers (async nodes run on the executor's threads)."""
@@ -302,6 +332,20 @@ class CompiledStateGraph:
 
 
 DURABILITIES = ("sync", "async", "exit")
+
+
+def _coercer(schema: Any, keys: Iterable[str]) -> Callable[[Any], Any] | None:
+    """For a dataclass or pydantic ``schema``: a dict of values, as an instance of it (only
+    its own ``keys`` given); None for other schemas, whose values stay dicts."""
+    mapper = schema_mapper(schema)
+    if mapper is None:
+        return None
+    own = tuple(keys)
+
+    def coerce(values: Any) -> Any:
+        return mapper({k: values[k] for k in own if k in values})
+
+    return coerce
 
 
 def _check_run_arguments(

@@ -207,3 +207,35 @@ def astream_modes(impl: Impl) -> Any:
 
 def test_astream_modes(conform: Conform) -> None:
     conform(astream_modes)
+
+
+def stream_and_invoke_v2(impl: Impl) -> Any:
+    """``version="v2"``: typed parts, interrupts out of the values, ``GraphOutput``."""
+
+    class Form(TypedDict, total=False):
+        log: Annotated[list[str], operator.add]
+        answer: str
+
+    def ask(state: Form) -> dict[str, Any]:
+        return {"answer": impl.interrupt("name?"), "log": ["asked"]}
+
+    b = impl.StateGraph(Form)
+    b.add_node("prepare", lambda s: {"log": ["prepared"]})
+    b.add_node("ask", ask)
+    b.add_edge(impl.START, "prepare")
+    b.add_edge("prepare", "ask")
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = _cfg("v2")
+    parts = list(g.stream({"log": []}, cfg, stream_mode=["values", "updates"], version="v2"))
+    resumed = g.invoke(impl.Command(resume="Ada"), cfg, version="v2")
+    again = _cfg("v2-updates")
+    updates = g.invoke({"log": []}, again, stream_mode="updates", version="v2")
+    return {
+        "parts": parts,
+        "output": (type(resumed).__name__, resumed.value, resumed.interrupts),
+        "updates": updates,
+    }
+
+
+def test_stream_and_invoke_v2(conform: Conform) -> None:
+    conform(stream_and_invoke_v2)
