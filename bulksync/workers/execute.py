@@ -21,6 +21,7 @@ from bulksync.coordinator.reader import StateReader, apply_parent_command
 from bulksync.coordinator.spec import GraphSpec, NodeSpec, Write
 from bulksync.errors import GraphInterrupt, NodeCancelledError, ParentCommand
 from bulksync.ids import interrupt_id
+from bulksync.workers.messages import MessageStream, listening, message_stream
 
 
 def task_config(step: StepInput, task: Task) -> dict[str, Any]:
@@ -60,10 +61,14 @@ async def _await(awaitable: Any) -> Any:
     return await awaitable
 
 
-def _attempt(node: NodeSpec, task: Task, ctx: TaskContext, read: StateReader) -> list[Write]:
-    with task_context(ctx):
+def _attempt(
+    node: NodeSpec, task: Task, ctx: TaskContext, read: StateReader, messages: MessageStream | None
+) -> list[Write]:
+    with task_context(ctx), listening(messages, ctx.config):
         try:
             output = call_node(node, task.input)
+            if messages is not None:
+                messages.node_output(output)
             return node.writer(output, read)
         except ParentCommand as exc:
             return apply_parent_command(node, task, exc, read)
@@ -75,6 +80,7 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
     read = StateReader(spec, step)
     # The task's own level over the step's answer: it records whether this task took it.
     null_resume = NullResume(None, live.null_resume)
+    messages = _message_stream(step, task, live)
     attempt = 0
     while True:
         attempt += 1
@@ -86,15 +92,18 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
             resume=resume_answers(task, step),
             null_resume=null_resume,
         )
+        config = task_config(step, task)
+        if messages is not None:  # chat models the node hands its config to report tokens
+            config["callbacks"] = [*(config.get("callbacks") or ()), messages.handler]
         ctx = TaskContext(
-            config=task_config(step, task),
+            config=config,
             scratchpad=pad,
             stream_writer=lambda chunk: live.sink(step.namespace, "custom", chunk),
             send=resumes.extend,
             parent=(step, live, task) if step.nesting is not None else None,
         )
         try:
-            writes = _attempt(node, task, ctx, read)
+            writes = _attempt(node, task, ctx, read, messages)
             return TaskResult(
                 task.id, tuple(_last_resume(resumes) + writes), took_null_resume=null_resume.taken
             )
@@ -120,6 +129,19 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
                 exc.add_note(f"During task with name '{task.name}' and id '{task.id}'")
                 return TaskResult(task.id, (), error=exc, took_null_resume=null_resume.taken)
             time.sleep(policy.delay(attempt))  # retry backoff
+
+
+def _message_stream(step: StepInput, task: Task, live: StepLive) -> MessageStream | None:
+    """The task's ``messages`` stream, when its run asks for that mode (see messages.py)."""
+    modes = step.nesting.modes if step.nesting is not None else ()
+
+    def emit(message: Any, metadata: dict[str, Any]) -> None:
+        live.sink(step.namespace, "messages", (message, metadata))
+
+    stream = message_stream(modes, emit, task_config(step, task)["metadata"])
+    if stream is not None:
+        stream.saw_input(task.input)
+    return stream
 
 
 def _last_resume(resumes: list[Write]) -> list[Write]:

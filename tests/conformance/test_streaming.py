@@ -239,3 +239,36 @@ def stream_and_invoke_v2(impl: Impl) -> Any:
 
 def test_stream_and_invoke_v2(conform: Conform) -> None:
     conform(stream_and_invoke_v2)
+
+
+def stream_messages(impl: Impl) -> Any:
+    """``stream_mode="messages"``: a chat model's tokens as it streams them, then the messages
+    a node returns that it did not receive, each with the node's metadata."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    model = GenericFakeChatModel(messages=iter([AIMessage(content="two words", id="ai-1")]))
+
+    def call_model(state: Any) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    def reply(state: Any) -> dict[str, Any]:
+        return {"messages": [AIMessage(content="done", id="ai-2"), state["messages"][0]]}
+
+    b = impl.StateGraph(impl.MessagesState)
+    b.add_node("call_model", call_model)
+    b.add_node("reply", reply)
+    b.add_edge(impl.START, "call_model")
+    b.add_edge("call_model", "reply")
+    g = impl.compile(b)
+    keys = ("langgraph_node", "langgraph_step", "langgraph_triggers", "ls_provider", "user")
+    chunks = g.stream(
+        {"messages": [("user", "hi")]}, {"metadata": {"user": "u1"}}, stream_mode="messages"
+    )
+    return [
+        (type(m).__name__, m.content, m.id, {k: meta.get(k) for k in keys}) for m, meta in chunks
+    ]
+
+
+def test_stream_messages(conform: Conform) -> None:
+    conform(stream_messages)
