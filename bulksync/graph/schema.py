@@ -11,12 +11,13 @@ annotations (``StateGraph(Annotated[list, add])``) is a single-value state kept 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import inspect
 import sys
 import types
 import typing
-from collections.abc import Callable
-from typing import Any, ClassVar, Literal, NotRequired, Required, Union
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Literal, NotRequired, Required, Union, is_typeddict
 
 from bulksync.channels.base import BaseChannel
 from bulksync.channels.binop import BinaryOperatorAggregate
@@ -109,6 +110,46 @@ def _checked_reducer(name: str, reducer: Callable[..., Any]) -> Callable[..., An
             f"Invalid reducer signature for state key '{name}'. Expected (a, b) -> c. Got {sig}"
         )
     return reducer
+
+
+def stored_types(schemas: Iterable[Any]) -> set[type]:
+    """The dataclasses, pydantic models, Enums and NamedTuples the values of ``schemas`` can
+    hold, found through their keys' annotations (``list[Box]``, ``Optional[Point]``, …) and
+    those classes' own fields, to any depth.
+
+    Compiling registers them with the serde: a class defined inside a function cannot be
+    found by its name when a stored value is decoded, but it is reachable from the schema.
+    """
+    found: set[type] = set()
+    pending: list[Any] = list(schemas)
+    while pending:
+        item = pending.pop()
+        args = typing.get_args(item)
+        if args:  # list[X], X | None, Annotated[X, reducer], dict[K, V], Literal[...] …
+            pending.extend(a for a in args if not isinstance(a, str))
+            continue
+        if not isinstance(item, type) or item in found:
+            continue
+        kind = is_coerced_schema(item) or issubclass(item, enum.Enum) or _is_named_tuple(item)
+        if kind:
+            found.add(item)
+        if kind or is_typeddict(item):
+            pending.extend(_field_types(item))
+    return found
+
+
+def _is_named_tuple(cls: type) -> bool:
+    return issubclass(cls, tuple) and hasattr(cls, "_fields")
+
+
+def _field_types(cls: type) -> list[Any]:
+    """The annotations of ``cls``'s fields (pydantic's resolved ones; else what resolves)."""
+    if is_pydantic_model(cls):
+        return [f.annotation for f in typing.cast(Any, cls).model_fields.values()]
+    try:
+        return list(typing.get_type_hints(cls, include_extras=True).values())
+    except (NameError, TypeError):  # a name only the defining function could resolve
+        return []
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

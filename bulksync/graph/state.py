@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from bulksync.channels.base import BaseChannel
 from bulksync.channels.last_value import LastValue
+from bulksync.checkpoint.serde import register_type
 from bulksync.constants import END, NS_END, NS_SEP, RESERVED, START
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import InvalidGraphError
@@ -29,6 +30,7 @@ from bulksync.graph.schema import (
     is_async_callable,
     may_return_command,
     schema_channels,
+    stored_types,
 )
 from bulksync.graph.validation import check_reachable, check_structure
 from bulksync.graph.writers import compile_nodes
@@ -315,6 +317,8 @@ class StateGraph(Generic[StateT]):
 
         graph_name = name or "LangGraph"
         strict = env_setting("strict") if strict is None else strict
+        for cls in stored_types(self.schemas):  # decodable by name, even if defined locally
+            register_type(cls)
         spec = build_spec(self, interrupt_before, interrupt_after, name=graph_name, strict=strict)
         return CompiledStateGraph(
             builder=self, spec=spec, checkpointer=checkpointer, debug=debug, name=graph_name
