@@ -168,6 +168,7 @@ class SuperstepLoop:
             elif writes:
                 self.ledger.record_input(writes)
         null_writes = [(c, v) for t, c, v in (*pending, *carried) if t == NULL_TASK_ID]
+        before_input = self.null_resume
         for chan, value in null_writes:
             if chan == RESUME and value is not None:
                 self.null_resume = NullResume(value, self.null_resume)
@@ -187,7 +188,12 @@ class SuperstepLoop:
                 pending.drop(INTERRUPT)
                 self._commit("fork")
             self.stream.values(self.channels)
-        elif self.input is not None and not is_command:
+        elif self.input is not None and not (is_command and has_state):
+            if is_command:
+                # A Command sent to a thread with no checkpoint: as LangGraph does, it is the
+                # input of START too (its update applies twice), and its resume answer goes
+                # with the pending writes the input checkpoint leaves behind.
+                self.null_resume = before_input
             self._apply_input(self.input)
         elif not (self.nesting is not None and self.nesting.resuming):
             raise EmptyInputError(

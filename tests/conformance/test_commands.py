@@ -258,3 +258,36 @@ def mixed_list_return(impl: Impl) -> Any:
 
 def test_mixed_list_return(conform: Conform) -> None:
     conform(mixed_list_return)
+
+
+def command_on_a_fresh_thread(impl: Impl) -> Any:
+    """A Command sent to a thread with no checkpoint runs the graph, as LangGraph does: the
+    Command is START's input too (its update applies twice) and its resume answer is lost."""
+
+    class Log(TypedDict):
+        log: Annotated[list[str], operator.add]
+
+    def ask(state: Log) -> dict[str, Any]:
+        return {"log": [f"ask:{impl.interrupt('q')}"]}
+
+    commands = {
+        "resume": impl.Command(resume="x"),
+        "update": impl.Command(update={"log": ["u"]}),
+        "update_goto": impl.Command(update={"log": ["u"]}, goto="other"),
+    }
+    seen = {}
+    for name, command in commands.items():
+        b = impl.StateGraph(Log)
+        b.add_node("ask", ask)
+        b.add_node("other", lambda s: {"log": ["other"]})
+        b.add_edge(impl.START, "ask")
+        g = impl.compile(b, checkpointer=impl.saver())
+        cfg = {"configurable": {"thread_id": f"fresh-{name}"}}
+        out = g.invoke(command, cfg)
+        state = g.get_state(cfg)
+        seen[name] = (out, state.values, state.next)
+    return seen
+
+
+def test_command_on_a_fresh_thread(conform: Conform) -> None:
+    conform(command_on_a_fresh_thread)

@@ -168,19 +168,6 @@ def test_none_input_on_fresh_thread_is_empty_input() -> None:
         graph.invoke(None, _thread("fresh"))
 
 
-@pytest.mark.parametrize(
-    "command",
-    [Command(update={"log": ["u"]}), Command(goto="bump"), Command(resume="r")],
-    ids=["update", "goto", "resume"],
-)
-def test_command_on_fresh_thread_is_empty_input(command: Command[Any]) -> None:
-    # The Command's writes have no checkpoint to be recorded against: the graph refuses
-    # the run as it does without a saver, rather than failing inside the saver.
-    graph = _linear(InMemorySaver())
-    with pytest.raises(EmptyInputError, match=r"pass an input"):
-        graph.invoke(command, _thread("fresh"))
-
-
 def test_graph_without_entry_point_fails_at_compile() -> None:
     builder = StateGraph(State)
     builder.add_node("bump", _bump)
