@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeVar
 from bulksync.context import current_task
 from bulksync.errors import GraphInterrupt
 from bulksync.ids import interrupt_id
+from bulksync.warnings import LangGraphDeprecatedSinceV11
 
 N = TypeVar("N", bound=Hashable)
 OutputT = TypeVar("OutputT")
@@ -209,8 +210,8 @@ def interrupt(value: Any) -> Any:
 
 
 _OUTPUT_ACCESS = (
-    "Reading a GraphOutput by key is deprecated: use result.value for the output and "
-    "result.interrupts for the interrupts."
+    "Accessing GraphOutput via `{how}` is deprecated: read result.value for the output and "
+    "result.interrupts for the interrupts"
 )
 
 
@@ -228,7 +229,9 @@ class GraphOutput(Generic[OutputT]):
 
     def __getitem__(self, key: str) -> Any:
         """The v1 reading: ``"__interrupt__"`` gives the interrupts, any other key a value."""
-        warnings.warn(_OUTPUT_ACCESS, DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            LangGraphDeprecatedSinceV11(_OUTPUT_ACCESS.format(how="result[key]")), stacklevel=2
+        )
         if key == "__interrupt__":
             return self.interrupts
         if isinstance(self.value, dict):
@@ -240,7 +243,9 @@ class GraphOutput(Generic[OutputT]):
 
     def __contains__(self, key: object) -> bool:
         """The v1 test: ``"__interrupt__"`` when there are interrupts, else a value's key."""
-        warnings.warn(_OUTPUT_ACCESS, DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            LangGraphDeprecatedSinceV11(_OUTPUT_ACCESS.format(how="key in result")), stacklevel=2
+        )
         if key == "__interrupt__":
             return bool(self.interrupts)
         if isinstance(self.value, dict):

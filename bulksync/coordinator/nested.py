@@ -18,9 +18,10 @@ from bulksync.coordinator.spec import CompiledGraph
 
 
 def recast_namespace(ns: str) -> str:
-    """A namespace without task ids or numeric segments (``a:<id>|1|b:<id>`` → ``a|b``): how
-    a persistent subgraph's checkpoints are stored, and a ``Command.PARENT`` may name it."""
-    return NS_SEP.join(part.split(NS_END)[0] for part in ns.split(NS_SEP) if not part.isdigit())
+    """A namespace without task ids (``a:<id>|1|b:<id>`` → ``a|1|b``): where a persistent
+    subgraph's checkpoints are stored. A numeric segment stays: two persistent graphs invoked
+    in one node keep apart."""
+    return NS_SEP.join(part.split(NS_END)[0] for part in ns.split(NS_SEP))
 
 
 def child_saver(compiled: CompiledGraph, parent: CheckpointSaver | None) -> CheckpointSaver | None:

@@ -14,9 +14,8 @@ from typing import Any
 
 from bulksync.channels.base import MISSING, BaseChannel
 from bulksync.checkpoint.base import decoded
-from bulksync.constants import NS_SEP
+from bulksync.constants import NS_END, NS_SEP
 from bulksync.coordinator.executor import StepInput
-from bulksync.coordinator.nested import recast_namespace
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec, NodeSpec, Write
 from bulksync.errors import ParentCommand
@@ -69,12 +68,18 @@ def parent_namespace(task_ns: str) -> str:
     return NS_SEP.join(parts)
 
 
+def node_path(ns: str) -> str:
+    """The node names down to a task (``a:<id>|1|b:<id>`` → ``a|b``): how a
+    ``Command.PARENT`` from under a persistent subgraph names the graph it is for."""
+    return NS_SEP.join(part.split(NS_END)[0] for part in ns.split(NS_SEP) if not part.isdigit())
+
+
 def apply_parent_command(
     node: NodeSpec, task: Task, exc: ParentCommand, read: StateReader
 ) -> list[Write]:
     """Writes of a ``Command`` a subgraph sent to this task, or re-raise it further up."""
     cmd = exc.command
-    if cmd.graph in (task.checkpoint_ns, recast_namespace(task.checkpoint_ns), task.name):
+    if cmd.graph in (task.checkpoint_ns, node_path(task.checkpoint_ns), task.name):
         local = Command(update=cmd.update, goto=cmd.goto, resume=cmd.resume)
         return node.writer(local, read)
     if cmd.graph == Command.PARENT:

@@ -104,14 +104,25 @@ def exception_classes(path: Path) -> Iterator[str]:
             yield node.name
 
 
+WARNINGS = PACKAGE / "warnings.py"
+"""The one home of warning classes (LangGraph's names, ``langgraph.warnings``'s module path)."""
+
+
 def test_no_exception_class_is_defined_outside_errors_py() -> None:
     outside = {
         (path.relative_to(PACKAGE).as_posix(), name)
         for path in PACKAGE.rglob("*.py")
-        if path != PACKAGE / "errors.py"
+        if path not in (PACKAGE / "errors.py", WARNINGS)
         for name in exception_classes(path)
     }
     assert outside == PRIVATE_EXCEPTIONS
+
+
+def test_warnings_py_defines_warnings_only() -> None:
+    from bulksync import warnings as bs_warnings
+
+    defined = set(exception_classes(WARNINGS))
+    assert defined and all(issubclass(getattr(bs_warnings, n), Warning) for n in defined)
 
 
 def test_the_walk_finds_exception_classes() -> None:

@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # settings raises errors.ConfigError, so it sits above errors (which imports nothing).
     ("settings",),
     ("errors", "types", "config", "context", "constants"),
-    ("keys", "ids", "exports", "logs", "retry"),
+    ("keys", "ids", "exports", "logs", "retry", "warnings"),
 )
 """Top to bottom: a unit imports its own layer's units or lower ones, never higher."""
 

@@ -13,6 +13,7 @@ from bulksync.checkpoint.memory import InMemorySaver
 from bulksync.errors import ConfigError
 from bulksync.graph import START, StateGraph
 from bulksync.types import GraphOutput, interrupt
+from bulksync.warnings import LangGraphDeprecatedSinceV11
 
 
 class Model(pydantic.BaseModel):
@@ -65,8 +66,10 @@ def test_graph_output_reads_like_the_v1_dict_with_a_warning() -> None:
         {"value": "x"}, {"configurable": {"thread_id": "t"}}, version="v2"
     )
     assert [i.value for i in out.interrupts] == ["name?"]
-    with pytest.warns(DeprecationWarning, match="result.value"):
-        assert "__interrupt__" in out and out["__interrupt__"] == out.interrupts
+    with pytest.warns(LangGraphDeprecatedSinceV11, match="via `key in result` is deprecated"):
+        assert "__interrupt__" in out
+    with pytest.warns(LangGraphDeprecatedSinceV11, match=r"via `result\[key\]` is deprecated"):
+        assert out["__interrupt__"] == out.interrupts
     with pytest.warns(DeprecationWarning), pytest.raises(KeyError):
         out["missing"]
 
