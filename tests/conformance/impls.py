@@ -52,6 +52,7 @@ class Impl:
     errors: ModuleType
     get_stream_writer: Callable[[], Callable[[Any], None]]
     InMemorySaver: Any
+    prebuilt: ModuleType
     compiler: Callable[..., Any] | None = None
     saver_factory: Callable[[], Any] | None = None
 
@@ -90,6 +91,7 @@ def _load(pkg: str, name: str) -> Impl:
         errors=importlib.import_module(f"{pkg}.errors"),
         get_stream_writer=config.get_stream_writer,
         InMemorySaver=memory.InMemorySaver,
+        prebuilt=importlib.import_module(f"{pkg}.prebuilt"),
     )
 
 

@@ -94,3 +94,63 @@ def prebuilt_agent_as_node(impl: Impl) -> Any:
 
 def test_prebuilt_agent_as_node(conform: Conform) -> None:
     conform(prebuilt_agent_as_node)
+
+
+def _script() -> Any:
+    return iter(
+        [
+            AIMessage(
+                content="",
+                tool_calls=[
+                    {"name": "add", "args": {"a": 2, "b": 3}, "id": "c1"},
+                    {"name": "add", "args": {"a": 10, "b": 1}, "id": "c2"},
+                    {"name": "missing", "args": {}, "id": "c3"},
+                ],
+            ),
+            AIMessage(content="the sums are 5 and 11"),
+        ]
+    )
+
+
+def native_react_agent(impl: Impl) -> Any:
+    """The flavour's own create_react_agent: each tool call is a task (on a cluster, on
+    workers); the agent's messages match LangGraph's."""
+    agent = impl.prebuilt.create_react_agent(
+        ToolCallingFake(messages=_script()), [add], prompt="Answer briefly."
+    )
+    out = agent.invoke({"messages": [("user", "add things")]})
+    return _plain(out["messages"])
+
+
+def test_native_react_agent(conform: Conform) -> None:
+    conform(native_react_agent)
+
+
+def tool_node_with_tools_condition(impl: Impl) -> Any:
+    """A hand-built loop: a model node, ToolNode and tools_condition, errors answered."""
+
+    @tool
+    def divide(a: int, b: int) -> float:
+        """Divide a by b."""
+        return a / b
+
+    model = ToolCallingFake(
+        messages=iter(
+            [
+                AIMessage("", tool_calls=[{"name": "divide", "args": {"a": 1, "b": 0}, "id": "d"}]),
+                AIMessage("cannot divide by zero"),
+            ]
+        )
+    )
+    b = impl.StateGraph(impl.MessagesState)
+    b.add_node("model", lambda s: {"messages": [model.invoke(s["messages"])]})
+    b.add_node("tools", impl.prebuilt.ToolNode([divide], handle_tool_errors=True))
+    b.add_edge(impl.START, "model")
+    b.add_conditional_edges("model", impl.prebuilt.tools_condition)
+    b.add_edge("tools", "model")
+    out = impl.compile(b).invoke({"messages": [("user", "1/0?")]})
+    return [(type(m).__name__, m.content, getattr(m, "status", None)) for m in out["messages"]]
+
+
+def test_tool_node_with_tools_condition(conform: Conform) -> None:
+    conform(tool_node_with_tools_condition)

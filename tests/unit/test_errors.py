@@ -30,12 +30,17 @@ from bulksync.errors import (
 
 PACKAGE = Path(bulksync.__file__).parent
 
-PRIVATE_EXCEPTIONS = {("checkpoint/serde.py", "_Unencodable")}
+PRIVATE_EXCEPTIONS = {
+    ("checkpoint/serde.py", "_Unencodable"),
+    ("prebuilt/tool_node.py", "_InvalidArguments"),
+}
 """Exception classes allowed outside errors.py, each private to its module and never escaping it.
 
 ``_Unencodable`` aborts msgpack's ``default`` hook and ``MsgpackSerde.dumps`` turns it into a
-``SerializationError`` at once; in errors.py it would be a public name users could catch, or a
-private name imported across packages.
+``SerializationError`` at once; ``_InvalidArguments`` carries a tool call's rejected arguments
+from the tool to ``ToolNode``'s error handling in the same method, which turns it into the
+ToolMessage the model reads. In errors.py either would be a public name users could catch,
+or a private name imported across packages.
 """
 
 _TREE_LINE = re.compile(

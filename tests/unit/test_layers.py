@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("demo",),
     ("client",),
     ("service",),
+    ("prebuilt",),
     ("graph",),
     ("workers",),
     ("coordinator",),
