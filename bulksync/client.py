@@ -35,6 +35,7 @@ from bulksync.coordinator.stream import (
     stream_part,
 )
 from bulksync.errors import ConfigError, ServiceUnavailableError, UnservedGraphError
+from bulksync.graph.async_methods import AsyncGraphMethods
 from bulksync.retry import is_transient_redis, retry
 from bulksync.service import runs
 from bulksync.service.cancel import cancel_run
@@ -342,7 +343,7 @@ class Client:
                 return
 
 
-class RemoteGraph:
+class RemoteGraph(AsyncGraphMethods):
     """A graph the cluster runs, with the compiled graph's interface.
 
     ``graph_id`` is ``pkg.module:attr`` as the coordinator and workers loaded it (nothing is
@@ -469,8 +470,14 @@ class RemoteGraph:
         task_id: str | None = None,
     ) -> dict[str, Any]:
         """Apply ``values`` as if ``as_node`` returned them; return the new checkpoint's config."""
-        options = {"as_node": as_node, "task_id": task_id}
-        result: dict[str, Any] = self._call("update_state", config, options, values=values)
+        return self.bulk_update_state(config, [[(values, as_node, task_id)]])
+
+    def bulk_update_state(
+        self, config: Mapping[str, Any], supersteps: Sequence[Sequence[Any]]
+    ) -> dict[str, Any]:
+        """Apply several supersteps of updates, a checkpoint each; the last one's config."""
+        steps = [[list(update) for update in updates] for updates in supersteps]
+        result: dict[str, Any] = self._call("update_state", config, {}, supersteps=steps)
         return result
 
     def _call(

@@ -9,7 +9,7 @@ and commits a ``source="update"`` checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bulksync.channels.base import MISSING, BaseChannel
@@ -167,52 +167,77 @@ def infer_as_node(spec: GraphSpec, saved: CheckpointTuple | None) -> str:
     raise InvalidUpdateError("Ambiguous update, specify as_node")
 
 
+Update = tuple[Any, str | None, str | None]
+"""One update of a superstep: ``(values, as_node, task_id)``, as LangGraph's ``StateUpdate``."""
+
+
 def update_state(
     spec: GraphSpec,
     saver: CheckpointSaver,
     config: Mapping[str, Any],
-    values: Any,
-    as_node: str | None,
+    updates: Sequence[Update],
 ) -> dict[str, Any]:
-    """Apply ``values`` as ``as_node``'s output and commit a new checkpoint; return its config.
+    """Apply one superstep of ``updates`` (each as its node's output; all in one step) and
+    commit a new checkpoint; return its config.
 
     Raises:
-        InvalidUpdateError: an unknown ``as_node``, or an ambiguous update.
+        InvalidUpdateError: an unknown ``as_node``, an ambiguous update, or ``__input__`` or
+            ``__copy__`` among several updates.
     """
-    saved = saver.get_tuple(config)
-    if saved is None:
-        ns = (config.get("configurable") or {}).get(CHECKPOINT_NS, "")
-        base_conf = {**config["configurable"], CHECKPOINT_NS: ns}
-        base_conf.pop(CHECKPOINT_ID, None)
-        saved = CheckpointTuple(
-            {"configurable": base_conf}, empty_checkpoint(clock.stamp(0)), {"step": -2}
-        )
+    saved = _saved_or_empty(saver, config)
     step = int(saved.metadata.get("step", -2)) + 1
+    single = len(updates) == 1
+    given = {a for _, a, _ in updates}
+    if "__copy__" in given and not single:
+        raise InvalidUpdateError("Cannot copy checkpoint with multiple updates")
+    if "__input__" in given and not single:
+        raise InvalidUpdateError("Cannot apply multiple updates when updating as input")
+    values, as_node, _ = updates[0]
     if as_node == "__copy__":
-        return _commit(
-            saver,
-            saved,
-            saved.parent_config or _unaddressed(saved),
-            None,
-            "fork",
-            step,
-            config,
-        )
+        parent = saved.parent_config or _unaddressed(saved)
+        return _commit(saver, saved, parent, None, "fork", step, config)
     channels, versions = load_channels(spec, saved)
     tasks = plan_after(spec, saved, channels)
-    if as_node == END and values is None:
+    if single and as_node == END and values is None:
         done = [TaskWrites(t.name, t.path, (), t.triggers) for t in tasks.values()]
-        apply_writes(
-            versions, channels, done, spec.trigger_to_nodes, version_bits=clock.version_bits()
-        )
-        return _commit(saver, saved, saved.config, (channels, versions), "update", step, config)
-    if as_node == "__input__":
+        source = "update"
+    elif as_node == "__input__":
         # Pending tasks stay scheduled: the input runs beside them in the next step.
         done = [TaskWrites("__input__", (), [(spec.input_channels, values)])]
-        apply_writes(
-            versions, channels, done, spec.trigger_to_nodes, version_bits=clock.version_bits()
-        )
-        return _commit(saver, saved, saved.config, (channels, versions), "input", step, config)
+        source = "input"
+    else:
+        done = [_node_update(spec, saver, saved, tasks, u, single) for u in updates]
+        source = "update"
+    apply_writes(versions, channels, done, spec.trigger_to_nodes, version_bits=clock.version_bits())
+    return _commit(saver, saved, saved.config, (channels, versions), source, step, config)
+
+
+def _saved_or_empty(saver: CheckpointSaver, config: Mapping[str, Any]) -> CheckpointTuple:
+    """The checkpoint ``config`` names, or an empty one for a thread that has none."""
+    saved = saver.get_tuple(config)
+    if saved is not None:
+        return saved
+    ns = (config.get("configurable") or {}).get(CHECKPOINT_NS, "")
+    base_conf = {**config["configurable"], CHECKPOINT_NS: ns}
+    base_conf.pop(CHECKPOINT_ID, None)
+    return CheckpointTuple(
+        {"configurable": base_conf}, empty_checkpoint(clock.stamp(0)), {"step": -2}
+    )
+
+
+def _node_update(
+    spec: GraphSpec,
+    saver: CheckpointSaver,
+    saved: CheckpointTuple,
+    tasks: Mapping[str, Task],
+    update: Update,
+    single: bool,
+) -> TaskWrites:
+    """One node's update as its task's writes, recorded on the task it stands for (the
+    task ``task_id`` names, else the planned task of that node)."""
+    values, as_node, task_id = update
+    if as_node is None and not single:
+        raise InvalidUpdateError("Ambiguous update, specify as_node")
     node_name = as_node if as_node is not None else infer_as_node(spec, saved)
     if node_name not in spec.nodes:
         raise InvalidUpdateError(
@@ -220,18 +245,12 @@ def update_state(
             f"use one of {sorted(n for n in spec.nodes if not n.startswith('__'))}."
         )
     writes = node_writes(spec, node_name, values, saved)
-    planned = next((t for t in tasks.values() if t.name == node_name), None)
+    planned = tasks.get(task_id) if task_id is not None else None
+    planned = planned or next((t for t in tasks.values() if t.name == node_name), None)
     if planned is not None:
         saver.put_writes(saved.config, writes, planned.id, stream.task_path_key(planned))
     path = planned.path if planned else ("__pregel_pull", node_name)
-    apply_writes(
-        versions,
-        channels,
-        [TaskWrites(node_name, path, writes, (INTERRUPT,))],
-        spec.trigger_to_nodes,
-        version_bits=clock.version_bits(),
-    )
-    return _commit(saver, saved, saved.config, (channels, versions), "update", step, config)
+    return TaskWrites(node_name, path, writes, (INTERRUPT,))
 
 
 def node_writes(spec: GraphSpec, node: str, values: Any, saved: CheckpointTuple) -> list[Write]:

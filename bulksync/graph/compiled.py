@@ -7,7 +7,6 @@ queue, so ``custom`` chunks and subgraph events arrive while the step is still r
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import queue
@@ -25,6 +24,7 @@ from bulksync.coordinator.options import RunOptions, validate_recursion_limit
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.coordinator.stream import check_version, frame, stream_modes, stream_part
 from bulksync.errors import GraphInterrupt
+from bulksync.graph.async_methods import AsyncGraphMethods, in_threads
 from bulksync.graph.langchain_graph import langchain_available, to_langchain_graph
 from bulksync.graph.layout import builder_drawable
 from bulksync.graph.schema import schema_mapper
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 _DONE = object()
 
 
-class CompiledStateGraph:
+class CompiledStateGraph(AsyncGraphMethods):
     """A compiled ``StateGraph``: ``invoke``, ``stream``, ``get_state``, ``update_state``, …"""
 
     def __init__(
@@ -213,21 +213,6 @@ class CompiledStateGraph:
 
         return part
 
-    async def ainvoke(self, input: Any, config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
-        """``invoke`` for async callers (async nodes run on the executor's threads)."""
-        return await asyncio.to_thread(self.invoke, input, config, **kw)
-
-    async def astream(
-        self, input: Any, config: Mapping[str, Any] | None = None, **kw: Any
-    ) -> AsyncIterator[Any]:
-        """``stream`` for async callers."""
-        it = iter(self.stream(input, config, **kw))
-        while True:
-            chunk = await asyncio.to_thread(next, it, _DONE)
-            if chunk is _DONE:
-                return
-            yield chunk
-
     def _run_config(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
         merged: dict[str, Any] = dict(config or {})
         merged.setdefault("recursion_limit", _default_recursion_limit())
@@ -315,8 +300,56 @@ class CompiledStateGraph:
         task_id: str | None = None,
     ) -> dict[str, Any]:
         """Apply ``values`` as if ``as_node`` returned them; return the new checkpoint's config."""
+        return self.bulk_update_state(config, [[(values, as_node, task_id)]])
+
+    def bulk_update_state(
+        self, config: Mapping[str, Any], supersteps: Sequence[Sequence[Any]]
+    ) -> dict[str, Any]:
+        """Apply several supersteps of updates, a checkpoint each; the last one's config.
+
+        Each superstep is a list of ``(values, as_node[, task_id])`` (LangGraph's
+        ``StateUpdate``), applied together as those nodes' outputs.
+
+        Raises:
+            ValueError: no supersteps, or a superstep without updates (LangGraph's errors).
+            InvalidUpdateError: as ``update_state``.
+        """
+        if not supersteps:
+            raise ValueError("No supersteps provided")
+        if any(len(updates) == 0 for updates in supersteps):
+            raise ValueError("No updates provided")
         saver = self._require_saver()
-        return thread_state.update_state(self.spec, saver, config, values, as_node)
+        current = dict(config)
+        for updates in supersteps:
+            given = [(u[0], u[1], u[2] if len(u) > 2 else None) for u in updates]
+            current = thread_state.update_state(self.spec, saver, current, given)
+        return current
+
+    def get_subgraphs(
+        self, *, namespace: str | None = None, recurse: bool = False
+    ) -> Iterator[tuple[str, CompiledStateGraph]]:
+        """The subgraphs added as nodes, as ``(name, graph)``: all of them, or the one named
+        ``namespace``; ``recurse`` adds theirs, named ``node|child`` (and lets ``namespace``
+        name a nested one)."""
+        for name, node in self.builder.nodes.items():
+            sub = node.subgraph
+            if sub is None or (namespace is not None and not namespace.startswith(name)):
+                continue
+            if namespace == name:
+                yield name, sub
+                return
+            if namespace is None:
+                yield name, sub
+            if recurse:
+                inner = None if namespace is None else namespace[len(name) + 1 :]
+                for child, graph in sub.get_subgraphs(namespace=inner, recurse=recurse):
+                    yield f"{name}{NS_SEP}{child}", graph
+
+    def aget_subgraphs(
+        self, *, namespace: str | None = None, recurse: bool = False
+    ) -> AsyncIterator[tuple[str, CompiledStateGraph]]:
+        """``get_subgraphs`` for async callers."""
+        return in_threads(self.get_subgraphs(namespace=namespace, recurse=recurse))
 
     def get_graph(
         self, config: Mapping[str, Any] | None = None, *, xray: bool | int = False

@@ -155,8 +155,12 @@ class RunDriver:
         if applied is not None:  # committed before a takeover: report it, don't repeat it
             self._finish(runs.SUCCESS, output=wire.SERDE.dumps(applied.config))
             return
+        # A run queued before supersteps existed carries one update as values and options.
+        options = payload.get("options") or {}
+        one = (payload.get("values"), options.get("as_node"), options.get("task_id"))
+        supersteps = payload.get("supersteps", [[one]])
         try:
-            config = bound.update_state(payload["config"], payload["values"], **payload["options"])
+            config = bound.bulk_update_state(payload["config"], supersteps)
         except LeaseLostError:
             self.lost.set()
             return

@@ -36,6 +36,7 @@ from bulksync import keys
 from bulksync.client import Client, RemoteGraph
 from bulksync.context import maybe_current_task
 from bulksync.graph import StateGraph as LocalStateGraph
+from bulksync.graph.async_methods import AsyncGraphMethods
 from bulksync.service.coordinator import Coordinator, open_coordinator
 from bulksync.workers.registry import GraphRegistry
 
@@ -108,7 +109,7 @@ def _drop_run_keys(client: Client, redis_url: str) -> None:
         conn.delete(*names)
 
 
-class RemoteHandle:
+class RemoteHandle(AsyncGraphMethods):
     """What `impl.compile` returns in the `remote` flavour: a graph run through RemoteGraph."""
 
     def __init__(self, service: RemoteService, local: Any) -> None:
@@ -149,6 +150,10 @@ class RemoteHandle:
     def update_state(self, *args: Any, **kw: Any) -> Any:
         """`update_state` run by the coordinator."""
         return self._target().update_state(*args, **kw)
+
+    def bulk_update_state(self, *args: Any, **kw: Any) -> Any:
+        """`bulk_update_state` run by the coordinator."""
+        return self._target().bulk_update_state(*args, **kw)
 
     async def ainvoke(self, *args: Any, **kw: Any) -> Any:
         """`invoke` on a thread (RemoteGraph has no async interface)."""

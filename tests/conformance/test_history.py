@@ -224,3 +224,61 @@ def get_state_at_checkpoint(impl: Impl) -> Any:
 
 def test_get_state_at_checkpoint(conform: Conform) -> None:
     conform(get_state_at_checkpoint)
+
+
+def async_state_api(impl: Impl) -> Any:
+    """aget_state, aget_state_history, aupdate_state, ainvoke and astream."""
+    import asyncio
+
+    graph = _abc(impl, Calls())
+    cfg = _cfg("async")
+
+    async def drive() -> dict[str, Any]:
+        out = await graph.ainvoke({"log": []}, cfg)
+        state = await graph.aget_state(cfg)
+        history = [_entry(s) async for s in graph.aget_state_history(cfg)]
+        updated = await graph.aupdate_state(cfg, {"note": "n"}, as_node="b")
+        after = await graph.aget_state(updated)
+        again = [c async for c in graph.astream(None, updated, stream_mode="updates")]
+        return {
+            "out": out,
+            "state": (state.values, state.next),
+            "history": history,
+            "after": (after.values, after.next, after.metadata["source"]),
+            "again": again,
+        }
+
+    return asyncio.run(drive())
+
+
+def test_async_state_api(conform: Conform) -> None:
+    conform(async_state_api)
+
+
+def bulk_update_state(impl: Impl) -> Any:
+    """Several supersteps of updates, one checkpoint each; several nodes in one superstep."""
+    graph = _abc(impl, Calls())
+    cfg = _cfg("bulk")
+    graph.invoke({"log": []}, cfg)
+    last = graph.bulk_update_state(
+        cfg,
+        [
+            [({"log": ["from a"]}, "a", None), ({"log": ["from b"], "note": "x"}, "b", None)],
+            [({"log": ["from c"]}, "c", None)],
+        ],
+    )
+    errors = [
+        attempt(graph.bulk_update_state, cfg, []),
+        attempt(graph.bulk_update_state, cfg, [[]]),
+        attempt(graph.bulk_update_state, cfg, [[(None, "__copy__", None)] * 2]),
+        attempt(graph.bulk_update_state, cfg, [[({"log": []}, "__input__", None)] * 2]),
+    ]
+    return {
+        "history": [_entry(s) for s in graph.get_state_history(cfg)][:3],
+        "last": graph.get_state(last).values,
+        "errors": [(type(e).__name__, str(e)) for e in errors],
+    }
+
+
+def test_bulk_update_state(conform: Conform) -> None:
+    conform(bulk_update_state)

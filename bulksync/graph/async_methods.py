@@ -1,0 +1,95 @@
+"""The async twins of a graph's methods, derived from the sync ones (one implementation each).
+
+``CompiledStateGraph`` and ``RemoteGraph`` both offer LangGraph's async API (``ainvoke``,
+``astream``, ``aget_state``, …). Each twin runs its sync method on a worker thread — a run
+already runs on threads of its own, and a saver or a cluster call blocks — so the event loop
+is never blocked and no behaviour is kept twice by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+_DONE = object()
+
+
+async def in_threads(items: Iterable[Any]) -> AsyncIterator[Any]:
+    """``items`` for async callers: each next item is taken on a worker thread, so a sync
+    iterator that blocks (a run, a saver read) never blocks the event loop."""
+    it = iter(items)
+    while True:
+        item = await asyncio.to_thread(next, it, _DONE)
+        if item is _DONE:
+            return
+        yield item
+
+
+class AsyncGraphMethods:
+    """Mixin: LangGraph's async graph methods over the class's sync ones."""
+
+    if TYPE_CHECKING:  # what the mixin needs of the class it is mixed into
+
+        def invoke(self, input: Any, config: Mapping[str, Any] | None = ..., **kw: Any) -> Any: ...
+
+        def stream(
+            self, input: Any, config: Mapping[str, Any] | None = ..., **kw: Any
+        ) -> Iterator[Any]: ...
+
+        def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = ...) -> Any: ...
+
+        def get_state_history(
+            self,
+            config: Mapping[str, Any],
+            *,
+            filter: Mapping[str, Any] | None = ...,
+            before: Mapping[str, Any] | None = ...,
+            limit: int | None = ...,
+        ) -> Iterator[Any]: ...
+
+        def update_state(
+            self,
+            config: Mapping[str, Any],
+            values: Any,
+            as_node: str | None = ...,
+            task_id: str | None = ...,
+        ) -> dict[str, Any]: ...
+
+        def bulk_update_state(
+            self, config: Mapping[str, Any], supersteps: Sequence[Sequence[Any]]
+        ) -> dict[str, Any]: ...
+
+    async def ainvoke(self, input: Any, config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+        """``invoke`` for async callers."""
+        return await asyncio.to_thread(self.invoke, input, config, **kw)
+
+    def astream(
+        self, input: Any, config: Mapping[str, Any] | None = None, **kw: Any
+    ) -> AsyncIterator[Any]:
+        """``stream`` for async callers."""
+        return in_threads(self.stream(input, config, **kw))
+
+    async def aget_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> Any:
+        """``get_state`` for async callers."""
+        return await asyncio.to_thread(self.get_state, config, subgraphs=subgraphs)
+
+    def aget_state_history(self, config: Mapping[str, Any], **kw: Any) -> AsyncIterator[Any]:
+        """``get_state_history`` for async callers."""
+        return in_threads(self.get_state_history(config, **kw))
+
+    async def aupdate_state(
+        self,
+        config: Mapping[str, Any],
+        values: Any,
+        as_node: str | None = None,
+        task_id: str | None = None,
+    ) -> dict[str, Any]:
+        """``update_state`` for async callers."""
+        return await asyncio.to_thread(self.update_state, config, values, as_node, task_id)
+
+    async def abulk_update_state(
+        self, config: Mapping[str, Any], supersteps: Sequence[Sequence[Any]]
+    ) -> dict[str, Any]:
+        """``bulk_update_state`` for async callers."""
+        return await asyncio.to_thread(self.bulk_update_state, config, supersteps)
