@@ -87,6 +87,7 @@ class Client:
         interrupt_before: Sequence[str] | str | None = None,
         interrupt_after: Sequence[str] | str | None = None,
         durability: str | None = None,
+        context: Any = None,
     ) -> str:
         """Queue a run of ``graph_id`` (as ``invoke`` would run it); return its id.
 
@@ -105,6 +106,7 @@ class Client:
             "interrupt_before": interrupt_before,
             "interrupt_after": interrupt_after,
             "durability": durability,
+            "context": context,
         }
         payload = {
             "input": input,
@@ -370,6 +372,7 @@ class RemoteGraph(AsyncGraphMethods):
         interrupt_after: Sequence[str] | str | None = None,
         durability: str | None = None,
         version: str = "v1",
+        context: Any = None,
         **kwargs: Any,
     ) -> Any:
         """Run to the end (or a pause) and return the output values, as the local graph
@@ -380,6 +383,7 @@ class RemoteGraph(AsyncGraphMethods):
             interrupt_before=interrupt_before,
             interrupt_after=interrupt_after,
             durability=durability,
+            context=context,
         )
         if stream_mode != "values":
             return list(self.stream(input, config, stream_mode=stream_mode, version=version, **kw))
@@ -392,6 +396,7 @@ class RemoteGraph(AsyncGraphMethods):
             interrupt_before=interrupt_before,
             interrupt_after=interrupt_after,
             durability=durability,
+            context=context,
         )
         output = _result(self.client.wait(run_id, self.timeout))
         if version == "v2":
@@ -412,6 +417,7 @@ class RemoteGraph(AsyncGraphMethods):
         subgraphs: bool = False,
         debug: bool | None = None,
         version: str = "v1",
+        context: Any = None,
         **kwargs: Any,
     ) -> Iterator[Any]:
         """Run and yield the chunks the local graph would, framed the same way (v2 parts'
@@ -428,6 +434,7 @@ class RemoteGraph(AsyncGraphMethods):
                 "interrupt_before": interrupt_before,
                 "interrupt_after": interrupt_after,
                 "durability": durability,
+                "context": context,
             },
         }
         run_id = self.client.create_run(self.graph_id, "stream", payload)

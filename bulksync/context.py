@@ -87,6 +87,8 @@ class TaskContext:
     # Set when the engine runs this task: lets a graph invoked inside the node nest
     # under it (inherit the saver, namespace, streams and resume state).
     parent: Any = None
+    # The task's ``runtime.Runtime`` (context, stream writer, execution info).
+    runtime: Any = None
 
     def record_resume(self, answers: list[Any]) -> None:
         """Record the answers consumed so far as the task's ``__resume__`` write."""

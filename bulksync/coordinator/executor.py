@@ -82,6 +82,8 @@ class StepInput:
     null_resume: Any
     namespace: tuple[str, ...]
     nesting: Nesting | None = None
+    context: Any = None
+    """The run's ``invoke(..., context=...)``, for each task's ``Runtime``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

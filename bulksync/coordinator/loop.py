@@ -369,6 +369,7 @@ class SuperstepLoop:
                 resuming=self.is_resuming,
                 checkpoint_map=parents,
             ),
+            context=self.options.context,
         )
 
     def _record(self, task: Task, result: TaskResult) -> BaseException | None:

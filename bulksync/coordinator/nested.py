@@ -56,5 +56,6 @@ def child_options(compiled: CompiledGraph, step: StepInput, ns: str) -> tuple[Ru
         interrupt_after=compiled.interrupt_after,
         output_keys=compiled.spec.output_channels,
         modes=frozenset(nesting.modes),
+        context=step.context,  # a subgraph runs with its parent's context
     )
     return options, stored_ns

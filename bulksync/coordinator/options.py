@@ -35,6 +35,7 @@ class RunOptions:
     interrupt_after: Sequence[str] | str = ()
     output_keys: Sequence[str] | str = ()
     modes: frozenset[str] = frozenset()
+    context: Any = None
 
     @property
     def user_metadata(self) -> dict[str, Any]:

@@ -149,6 +149,7 @@ class CompiledStateGraph(AsyncGraphMethods):
         subgraphs: bool = False,
         debug: bool | None = None,
         version: str = "v1",
+        context: Any = None,
         **kwargs: Any,
     ) -> Iterator[Any]:
         """Run and yield chunks as LangGraph frames them (see DESIGN.md §2); ``version="v2"``
@@ -165,6 +166,7 @@ class CompiledStateGraph(AsyncGraphMethods):
             interrupt_after=_given(interrupt_after, self.interrupt_after),
             output_keys=output_keys if output_keys is not None else self.spec.stream_channels,
             modes=frozenset(modes),
+            context=_as_context(self.builder.context_schema, context),
         )
         events: queue.Queue[Any] = queue.Queue()
         loop = SuperstepLoop(
@@ -365,6 +367,13 @@ class CompiledStateGraph(AsyncGraphMethods):
 
 
 DURABILITIES = ("sync", "async", "exit")
+
+
+def _as_context(schema: Any, context: Any) -> Any:
+    """``context`` as the graph's ``context_schema`` takes it: a dict given for a dataclass or
+    pydantic schema becomes an instance (its ``TypeError``/``ValidationError`` if it cannot)."""
+    mapper = schema_mapper(schema) if isinstance(context, dict) else None
+    return mapper(context) if mapper is not None else context
 
 
 def _coercer(schema: Any, keys: Iterable[str]) -> Callable[[Any], Any] | None:

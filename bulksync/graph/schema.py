@@ -25,12 +25,13 @@ from bulksync.channels.last_value import LastValue
 from bulksync.config import get_config, get_stream_writer
 from bulksync.constants import RESERVED
 from bulksync.errors import InvalidGraphError
+from bulksync.runtime import Runtime, get_runtime
 from bulksync.types import Command
 
 ROOT = "__root__"
 """The one channel of a state schema that has no keys."""
 
-_INJECTABLE = ("config", "writer")
+_INJECTABLE = ("config", "writer", "runtime", "store")
 _KEYWORD_KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
@@ -175,14 +176,22 @@ class InjectingCall:
     func: Callable[..., Any]
     config: bool = False
     writer: bool = False
+    runtime: bool = False
+    store: bool = False
 
     def __call__(self, value: Any) -> Any:
-        """``func(value, config=…, writer=…)``, read from the running task's context."""
+        """``func(value, config=…, writer=…, runtime=…, store=…)``, from the running task."""
         kwargs: dict[str, Any] = {}
         if self.config:
             kwargs["config"] = get_config()
         if self.writer:
             kwargs["writer"] = get_stream_writer()
+        if self.runtime or self.store:
+            runtime: Runtime[Any] = get_runtime()
+            if self.runtime:
+                kwargs["runtime"] = runtime
+            if self.store:
+                kwargs["store"] = runtime.store
         return self.func(value, **kwargs)
 
 
@@ -193,7 +202,7 @@ def injecting_call(func: Callable[..., Any]) -> InjectingCall:
     except (TypeError, ValueError):  # builtins without a signature take just the input
         return InjectingCall(func)
     wanted = {name: name in params and params[name].kind in _KEYWORD_KINDS for name in _INJECTABLE}
-    return InjectingCall(func, config=wanted["config"], writer=wanted["writer"])
+    return InjectingCall(func, **wanted)
 
 
 def is_async_callable(func: Any) -> bool:

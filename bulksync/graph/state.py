@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
@@ -36,6 +37,7 @@ from bulksync.graph.validation import check_reachable, check_structure
 from bulksync.graph.writers import compile_nodes
 from bulksync.settings import env_setting
 from bulksync.types import RetryPolicy
+from bulksync.warnings import LangGraphDeprecatedSinceV10
 
 if TYPE_CHECKING:
     from bulksync.graph.compiled import CompiledStateGraph
@@ -79,8 +81,22 @@ class StateGraph(Generic[StateT]):
         *,
         input_schema: Any = None,
         output_schema: Any = None,
+        config_schema: Any = None,
     ) -> None:
-        """Declare the state; input/output schemas default to it and add their own keys."""
+        """Declare the state; input/output schemas default to it and add their own keys.
+
+        ``context_schema`` types what ``invoke(..., context=...)`` gives nodes' ``Runtime``
+        (``config_schema`` is LangGraph's deprecated name for it).
+        """
+        if config_schema is not None:
+            warnings.warn(
+                LangGraphDeprecatedSinceV10(
+                    "`config_schema` is deprecated and will be removed. Please use "
+                    "`context_schema` instead."
+                ),
+                stacklevel=2,
+            )
+            context_schema = context_schema or config_schema
         self.nodes: dict[str, StateNodeSpec] = {}
         self.branches: dict[str, dict[str, Branch]] = {}
         self.schemas: dict[Any, dict[str, BaseChannel[Any, Any]]] = {}
@@ -317,7 +333,8 @@ class StateGraph(Generic[StateT]):
 
         graph_name = name or "LangGraph"
         strict = env_setting("strict") if strict is None else strict
-        for cls in stored_types(self.schemas):  # decodable by name, even if defined locally
+        reached = [*self.schemas, self.context_schema]
+        for cls in stored_types(reached):  # decodable by name, even if defined locally
             register_type(cls)
         spec = build_spec(self, interrupt_before, interrupt_after, name=graph_name, strict=strict)
         return CompiledStateGraph(

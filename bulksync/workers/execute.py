@@ -9,11 +9,13 @@ returns a ``TaskResult``. It never raises: errors and interrupts are part of the
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import time
+from collections.abc import Callable
 from typing import Any
 
-from bulksync.constants import CHECKPOINT_NS, RESUME
+from bulksync.constants import CHECKPOINT_NS, NS_SEP, RESUME
 from bulksync.context import NullResume, Scratchpad, TaskContext, task_context
 from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
@@ -21,6 +23,7 @@ from bulksync.coordinator.reader import StateReader, apply_parent_command
 from bulksync.coordinator.spec import GraphSpec, NodeSpec, Write
 from bulksync.errors import GraphInterrupt, NodeCancelledError, ParentCommand
 from bulksync.ids import interrupt_id
+from bulksync.runtime import ExecutionInfo, Runtime
 from bulksync.workers.messages import MessageStream, listening, message_stream
 
 
@@ -81,6 +84,7 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
     # The task's own level over the step's answer: it records whether this task took it.
     null_resume = NullResume(None, live.null_resume)
     messages = _message_stream(step, task, live)
+    first_attempt = time.time()
     attempt = 0
     while True:
         attempt += 1
@@ -95,12 +99,14 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
         config = task_config(step, task)
         if messages is not None:  # chat models the node hands its config to report tokens
             config["callbacks"] = [*(config.get("callbacks") or ()), messages.handler]
+        writer = functools.partial(live.sink, step.namespace, "custom")
         ctx = TaskContext(
             config=config,
             scratchpad=pad,
-            stream_writer=lambda chunk: live.sink(step.namespace, "custom", chunk),
+            stream_writer=writer,
             send=resumes.extend,
             parent=(step, live, task) if step.nesting is not None else None,
+            runtime=_runtime(step, task, config, writer, attempt, first_attempt),
         )
         try:
             writes = _attempt(node, task, ctx, read, messages)
@@ -129,6 +135,34 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
                 exc.add_note(f"During task with name '{task.name}' and id '{task.id}'")
                 return TaskResult(task.id, (), error=exc, took_null_resume=null_resume.taken)
             time.sleep(policy.delay(attempt))  # retry backoff
+
+
+def _runtime(
+    step: StepInput,
+    task: Task,
+    config: dict[str, Any],
+    writer: Callable[[Any], None],
+    attempt: int,
+    first_attempt: float,
+) -> Runtime[Any]:
+    """What ``runtime``/``get_runtime()`` give the node in this attempt."""
+    configurable = config.get("configurable") or {}
+    checkpoints = step.nesting.checkpoint_map if step.nesting is not None else {}
+    info = ExecutionInfo(
+        checkpoint_id=str(checkpoints.get(_parent_ns(task.checkpoint_ns), "")),
+        checkpoint_ns=task.checkpoint_ns,
+        task_id=task.id,
+        thread_id=configurable.get("thread_id"),
+        run_id=None if config.get("run_id") is None else str(config["run_id"]),
+        node_attempt=attempt,
+        node_first_attempt_time=first_attempt,
+    )
+    return Runtime(context=step.context, stream_writer=writer, execution_info=info)
+
+
+def _parent_ns(task_ns: str) -> str:
+    """The namespace of the graph a task belongs to (its own segment dropped)."""
+    return task_ns.rpartition(NS_SEP)[0] if NS_SEP in task_ns else ""
 
 
 def _message_stream(step: StepInput, task: Task, live: StepLive) -> MessageStream | None:

@@ -131,8 +131,10 @@ def dumps_state(step: StepInput) -> bytes:
         step.null_resume,
         list(step.namespace),
         None if step.nesting is None else _pack_nesting(step.nesting),
+        step.context,
     ]
     parts = [("(run config)", key, value) for key, value in config.items()]
+    parts.append(("(run context)", "context", step.context))
     return _dumps_located(record, parts)
 
 
@@ -176,7 +178,10 @@ def _dumps_located(record: Any, parts: Sequence[tuple[str, str, Any]]) -> bytes:
 
 def loads_state(data: bytes) -> StepInput:
     """Decode a step input written by ``dumps_state``; channel values decode on first read."""
-    values, config, stop, resume, resume_map, null_resume, namespace, nesting = SERDE.loads(data)
+    # A step stored by an older coordinator has no context field.
+    values, config, stop, resume, resume_map, null_resume, namespace, nesting, *context = (
+        SERDE.loads(data)
+    )
     return StepInput(
         {key: Encoded(value, SERDE) for key, value in values.items()},
         config,
@@ -186,6 +191,7 @@ def loads_state(data: bytes) -> StepInput:
         null_resume,
         tuple(namespace),
         None if nesting is None else _unpack_nesting(nesting),
+        context[0] if context else None,
     )
 
 

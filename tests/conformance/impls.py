@@ -53,6 +53,7 @@ class Impl:
     get_stream_writer: Callable[[], Callable[[Any], None]]
     InMemorySaver: Any
     prebuilt: ModuleType
+    runtime: ModuleType
     compiler: Callable[..., Any] | None = None
     saver_factory: Callable[[], Any] | None = None
 
@@ -92,6 +93,7 @@ def _load(pkg: str, name: str) -> Impl:
         get_stream_writer=config.get_stream_writer,
         InMemorySaver=memory.InMemorySaver,
         prebuilt=importlib.import_module(f"{pkg}.prebuilt"),
+        runtime=importlib.import_module(f"{pkg}.runtime"),
     )
 
 

@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("channels", "checkpoint"),
     # settings raises errors.ConfigError, so it sits above errors (which imports nothing).
     ("settings",),
+    ("runtime",),
     ("errors", "types", "config", "context", "constants"),
     ("keys", "ids", "exports", "logs", "retry", "warnings"),
 )

@@ -1,0 +1,85 @@
+"""What a running node can know about its run: ``Runtime``, as ``langgraph.runtime`` has it.
+
+A node gets it by declaring a ``runtime`` parameter (``def node(state, runtime:
+Runtime[Ctx])``) or by calling ``get_runtime()``: the run's ``context`` (what
+``invoke(..., context=...)`` was given, as an instance of the graph's ``context_schema``), the
+``store`` (None: bulksync has no store yet), the task's ``stream_writer``, and
+``execution_info`` (thread, run, checkpoint, task and attempt). On a cluster the context
+travels to the workers with the step, in bulksync's msgpack serde.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from bulksync.context import current_task
+
+ContextT = TypeVar("ContextT")
+
+
+def _no_stream(chunk: Any) -> None:
+    """The stream writer of a runtime made outside a run: writes nowhere."""
+
+
+def _no_heartbeat() -> None:
+    """The heartbeat of a runtime made outside a run: does nothing."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExecutionInfo:
+    """Where a task runs: its checkpoint, namespace, task, thread and run, and its attempt."""
+
+    checkpoint_id: str
+    checkpoint_ns: str
+    task_id: str
+    thread_id: str | None = None
+    run_id: str | None = None
+    node_attempt: int = 1
+    node_first_attempt_time: float | None = None
+
+    def patch(self, **changes: Any) -> ExecutionInfo:
+        """A copy with ``changes``."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Runtime(Generic[ContextT]):
+    """The run as a node sees it: context, store, stream writer, execution info."""
+
+    context: ContextT = dataclasses.field(default=None)  # type: ignore[assignment]
+    store: Any = None
+    stream_writer: Callable[[Any], None] = _no_stream
+    heartbeat: Callable[[], None] = _no_heartbeat
+    previous: Any = None
+    execution_info: ExecutionInfo | None = None
+    server_info: Any = None
+    control: Any = None
+
+    def merge(self, other: Runtime[ContextT]) -> Runtime[ContextT]:
+        """This runtime with every field ``other`` sets (not None, not a default) taken
+        from ``other``."""
+        changes = {
+            f.name: getattr(other, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(other, f.name) not in (None, f.default)
+        }
+        return dataclasses.replace(self, **changes)
+
+    def override(self, **changes: Any) -> Runtime[ContextT]:
+        """A copy with ``changes``."""
+        return dataclasses.replace(self, **changes)
+
+
+def get_runtime(context_schema: type[ContextT] | None = None) -> Runtime[ContextT]:
+    """The running node's ``Runtime`` (``context_schema`` only types the result).
+
+    Raises:
+        RuntimeError: when called outside a node bulksync is running.
+    """
+    runtime: Runtime[ContextT] | None = current_task().runtime
+    return runtime if runtime is not None else Runtime()
+
+
+__all__ = ["ExecutionInfo", "Runtime", "get_runtime"]
