@@ -37,7 +37,7 @@ from bulksync.graph.validation import check_reachable, check_structure
 from bulksync.graph.writers import compile_nodes
 from bulksync.settings import env_setting
 from bulksync.types import RetryPolicy
-from bulksync.warnings import LangGraphDeprecatedSinceV10
+from bulksync.warnings import LangGraphDeprecatedSinceV05, LangGraphDeprecatedSinceV10
 
 if TYPE_CHECKING:
     from bulksync.graph.compiled import CompiledStateGraph
@@ -82,21 +82,17 @@ class StateGraph(Generic[StateT]):
         input_schema: Any = None,
         output_schema: Any = None,
         config_schema: Any = None,
+        input: Any = None,
+        output: Any = None,
     ) -> None:
         """Declare the state; input/output schemas default to it and add their own keys.
 
         ``context_schema`` types what ``invoke(..., context=...)`` gives nodes' ``Runtime``
         (``config_schema`` is LangGraph's deprecated name for it).
         """
-        if config_schema is not None:
-            warnings.warn(
-                LangGraphDeprecatedSinceV10(
-                    "`config_schema` is deprecated and will be removed. Please use "
-                    "`context_schema` instead."
-                ),
-                stacklevel=2,
-            )
-            context_schema = context_schema or config_schema
+        context_schema = _renamed("config_schema", config_schema, "context_schema", context_schema)
+        input_schema = _renamed("input", input, "input_schema", input_schema)
+        output_schema = _renamed("output", output, "output_schema", output_schema)
         self.nodes: dict[str, StateNodeSpec] = {}
         self.branches: dict[str, dict[str, Branch]] = {}
         self.schemas: dict[Any, dict[str, BaseChannel[Any, Any]]] = {}
@@ -161,6 +157,8 @@ class StateGraph(Generic[StateT]):
         destinations: dict[str, str] | tuple[str, ...] | None = None,
         queue: str | None = None,
         timeout: float | None = None,
+        retry: RetryPolicy | Sequence[RetryPolicy] | None = None,
+        input: Any = None,
     ) -> Self:
         """Add a node running ``action`` (a function, callable object or compiled graph).
 
@@ -173,6 +171,8 @@ class StateGraph(Generic[StateT]):
             InvalidGraphError: the name is taken or reserved, there is no action, or the
                 timeout is not a positive number.
         """
+        retry_policy = _renamed("retry", retry, "retry_policy", retry_policy)
+        input_schema = _renamed("input", input, "input_schema", input_schema)
         if not isinstance(node, str):
             node, action = _node_name(node), node
         if action is None:
@@ -340,6 +340,17 @@ class StateGraph(Generic[StateT]):
         return CompiledStateGraph(
             builder=self, spec=spec, checkpointer=checkpointer, debug=debug, name=graph_name
         )
+
+
+def _renamed(old: str, old_value: Any, new: str, new_value: Any) -> Any:
+    """The value of an argument LangGraph renamed: ``new_value``, else ``old_value`` (with
+    LangGraph's deprecation warning, the warning class of the release that renamed it)."""
+    if old_value is None:
+        return new_value
+    since = LangGraphDeprecatedSinceV10 if old == "config_schema" else LangGraphDeprecatedSinceV05
+    message = f"`{old}` is deprecated and will be removed. Please use `{new}` instead."
+    warnings.warn(since(message), stacklevel=3)
+    return new_value if new_value is not None else old_value
 
 
 def _node_name(action: Any) -> str:

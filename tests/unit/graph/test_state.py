@@ -531,3 +531,23 @@ def test_drawings_match_langgraph() -> None:
     ]
     ours = [builder_drawable(g).draw_mermaid() for g in _reference_graphs(StateGraph)]
     assert ours == theirs
+
+
+def test_langgraphs_renamed_arguments_still_work_with_its_warnings() -> None:
+    from bulksync.types import RetryPolicy
+    from bulksync.warnings import LangGraphDeprecatedSinceV05, LangGraphDeprecatedSinceV10
+
+    class In(TypedDict):
+        x: int
+
+    with pytest.warns(LangGraphDeprecatedSinceV05, match="`input` is deprecated"):
+        builder = StateGraph(State, input=In)
+    assert builder.input_schema is In
+    with pytest.warns(LangGraphDeprecatedSinceV05, match="`output` is deprecated"):
+        assert StateGraph(State, output=In).output_schema is In
+    with pytest.warns(LangGraphDeprecatedSinceV10, match="Please use `context_schema`"):
+        assert StateGraph(State, config_schema=In).context_schema is In
+    policy = RetryPolicy(max_attempts=2)
+    with pytest.warns(LangGraphDeprecatedSinceV05, match="Please use `retry_policy`"):
+        builder.add_node("a", nothing, retry=policy)
+    assert builder.nodes["a"].retry_policy == (policy,)
