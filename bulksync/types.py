@@ -9,7 +9,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeVar
 
 from bulksync.context import current_task
-from bulksync.errors import GraphInterrupt
+from bulksync.errors import ConfigError, GraphInterrupt
 from bulksync.ids import interrupt_id
 from bulksync.warnings import LangGraphDeprecatedSinceV11
 
@@ -185,28 +185,53 @@ class StateSnapshot(NamedTuple):
     interrupts: tuple[Interrupt, ...] = ()
 
 
-def interrupt(value: Any) -> Any:
+def interrupt(value: Any, *, response_schema: Any = None) -> Any:
     """Pause the running node until a ``Command(resume=…)`` answers ``value``.
 
     The node runs again from its start on resume; the n-th call to ``interrupt`` in it
-    returns the n-th answer.
+    returns the n-th answer. ``response_schema`` says what answer is expected: a JSON schema
+    (a dict) is only shown with the interrupt; a type (a pydantic model, TypedDict,
+    dataclass, …) is shown as its JSON schema and the answer is validated against it and
+    returned as that type (pydantic needed).
 
     Raises:
         GraphInterrupt: when no answer is available yet (caught by the engine).
         RuntimeError: when called outside a running node.
+        pydantic.ValidationError: an answer that does not match ``response_schema``.
     """
     ctx = current_task()
     pad = ctx.scratchpad
+    adapter = _response_adapter(response_schema)
     idx = pad.next_interrupt_index()
     if idx < len(pad.resume):
         ctx.record_resume(pad.resume[: idx + 1])
-        return pad.resume[idx]
+        answer = pad.resume[idx]
+        return adapter.validate_python(answer) if adapter is not None else answer
     answer = pad.take_null_resume()
     if answer is not None:
+        checked = adapter.validate_python(answer) if adapter is not None else answer
         pad.resume.append(answer)
         ctx.record_resume(list(pad.resume))
-        return answer
-    raise GraphInterrupt((Interrupt(value=value, id=interrupt_id(pad.task_ns, len(pad.resume))),))
+        return checked
+    shown = adapter.json_schema() if adapter is not None else response_schema
+    ask = Interrupt(
+        value=value, id=interrupt_id(pad.task_ns, len(pad.resume)), response_schema=shown
+    )
+    raise GraphInterrupt((ask,))
+
+
+def _response_adapter(schema: Any) -> Any:
+    """A pydantic ``TypeAdapter`` for a ``response_schema`` type; None for none or a dict."""
+    if schema is None or isinstance(schema, dict):
+        return None
+    try:
+        from pydantic import TypeAdapter
+    except ImportError as exc:  # pydantic is not a dependency of bulksync's core
+        raise ConfigError(
+            f"interrupt(response_schema={schema!r}) validates answers with pydantic: install "
+            "pydantic, or pass the JSON schema as a dict."
+        ) from exc
+    return TypeAdapter(schema)
 
 
 _OUTPUT_ACCESS = (

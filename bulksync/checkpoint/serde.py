@@ -17,7 +17,7 @@ Extension codes; each payload is itself msgpack, so values nest::
      4 datetime     [iso, zone, fold]                       extra | None, [fields set]]
      5 date         iso                   23 NamedTuple    ["mod:Qual", [items]]
      6 time         [iso, zone, fold]     30 Send          [node, arg]
-     7 timedelta    [days, secs, us]      31 Interrupt     [value, id]
+     7 timedelta    [days, secs, us]      31 Interrupt     [value, id, schema?]
      8 UUID         16 bytes              32 Command       [graph, update, resume, goto]
      9 Decimal      str                   33 Overwrite     value
     10 (unused)                           40 exception     [type name, str, repr]
@@ -220,7 +220,10 @@ _ENCODERS: dict[type, Callable[[Any], tuple[int, Any]]] = {
     complex: lambda v: (EXT_COMPLEX, [v.real, v.imag]),
     fractions.Fraction: lambda v: (EXT_FRACTION, [v.numerator, v.denominator]),
     Send: lambda v: (EXT_SEND, [v.node, v.arg]),
-    Interrupt: lambda v: (EXT_INTERRUPT, [v.value, v.id]),
+    Interrupt: lambda v: (
+        EXT_INTERRUPT,
+        [v.value, v.id] if v.response_schema is None else [v.value, v.id, v.response_schema],
+    ),
     Command: lambda v: (EXT_COMMAND, [v.graph, v.update, v.resume, v.goto]),
     Overwrite: lambda v: (EXT_OVERWRITE, v.value),
     StoredError: lambda v: (EXT_EXCEPTION, [v.type_name, v.message, v.original_repr]),
@@ -241,7 +244,7 @@ _DECODERS: dict[int, Callable[[Any], Any]] = {
     EXT_COMPLEX: lambda p: complex(p[0], p[1]),
     EXT_FRACTION: lambda p: fractions.Fraction(p[0], p[1]),
     EXT_SEND: lambda p: Send(p[0], p[1]),
-    EXT_INTERRUPT: lambda p: Interrupt(value=p[0], id=p[1]),
+    EXT_INTERRUPT: lambda p: Interrupt(p[0], p[1], p[2] if len(p) > 2 else None),
     EXT_COMMAND: lambda p: Command(graph=p[0], update=p[1], resume=p[2], goto=p[3]),
     EXT_OVERWRITE: Overwrite,
     EXT_EXCEPTION: lambda p: StoredError(p[0], p[1], p[2]),

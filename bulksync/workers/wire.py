@@ -323,7 +323,26 @@ def _error_record(error: BaseException | None) -> list[Any] | None:
     ref = type_ref(type(error))
     # Notes other than a remote trace (which ``trace`` holds) go along: "During task …".
     notes = [n for n in getattr(error, "__notes__", ()) if not n.startswith(REMOTE_NOTE)]
-    return [ref, type_name, args, str(error), repr(error), trace, retryable, notes]
+    record = [ref, type_name, args, str(error), repr(error), trace, retryable, notes]
+    return [*record, details] if (details := _validation_details(error)) else record
+
+
+def _validation_details(error: BaseException) -> list[Any] | None:
+    """A pydantic ``ValidationError``'s title and errors, from which the other side rebuilds
+    it (its constructor takes no arguments); None for other errors or unencodable details."""
+    kind = type(error)
+    if kind.__name__ != "ValidationError" or not kind.__module__.startswith("pydantic"):
+        return None
+    try:
+        errors = [
+            {"type": e["type"], "loc": list(e["loc"]), "input": e["input"]}
+            | ({"ctx": e["ctx"]} if "ctx" in e else {})
+            for e in error.errors(include_url=False)  # type: ignore[attr-defined]
+        ]
+    except (AttributeError, KeyError, TypeError):
+        return None
+    details = [getattr(error, "title", ""), errors]
+    return details if _fits(details) else None
 
 
 def _rebuild_error(record: Sequence[Any]) -> BaseException:
@@ -336,7 +355,9 @@ def _rebuild_error(record: Sequence[Any]) -> BaseException:
     # A StoredError is rebuilt from the name it carries, not from its (message-only) args.
     if isinstance(cls, type) and issubclass(cls, BaseException) and cls is not StoredError:
         try:
-            error = cls(*args)
+            details = rest[2] if len(rest) > 2 else None
+            rebuild = getattr(cls, "from_exception_data", None)  # pydantic's ValidationError
+            error = rebuild(*details) if details and rebuild else cls(*args)
         except Exception:  # a constructor that wants other arguments: keep the name only
             error = None
     if error is None:

@@ -6,6 +6,7 @@ import operator
 import threading
 from typing import Annotated, Any, TypedDict
 
+import pydantic
 import pytest
 
 from .harness import Conform, attempt
@@ -476,3 +477,39 @@ def parallel_task_finishes_with_nothing(impl: Impl) -> Any:
 
 def test_parallel_task_finishes_with_nothing(conform: Conform) -> None:
     conform(parallel_task_finishes_with_nothing)
+
+
+class Answer(pydantic.BaseModel):
+    """The answer an interrupt below expects."""
+
+    name: str
+    age: int
+
+
+def interrupt_with_response_schema(impl: Impl) -> Any:
+    """``interrupt(response_schema=…)``: the schema is shown; an answer that does not match
+    it fails the run and the question stays open; a matching one arrives as the model."""
+
+    def ask(state: State) -> dict[str, Any]:
+        answer = impl.interrupt("who are you?", response_schema=Answer)
+        return {"answer": f"{type(answer).__name__}:{answer.name}:{answer.age}", "log": ["ok"]}
+
+    b = impl.StateGraph(State)
+    b.add_node("ask", ask)
+    b.add_edge(impl.START, "ask")
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = _cfg("schema")
+    first = g.invoke({"log": []}, cfg)
+    bad = attempt(g.invoke, impl.Command(resume={"name": "x"}), cfg)
+    still = g.get_state(cfg).next
+    done = g.invoke(impl.Command(resume={"name": "Ada", "age": "36"}), cfg)
+    return {
+        "schema": first["__interrupt__"][0].response_schema,
+        "bad": type(bad).__name__,
+        "still": still,
+        "done": done,
+    }
+
+
+def test_interrupt_with_response_schema(conform: Conform) -> None:
+    conform(interrupt_with_response_schema)

@@ -392,3 +392,18 @@ def test_step_input_ships_known_bytes_as_they_are() -> None:
     assert values == {"k": ["kept"], "f": "from foreign", "p": 1}
     assert values["k"].data == known.data
     assert values["f"].data == wire.SERDE.dumps("from foreign")  # encoded from its value
+
+
+def test_a_pydantic_validation_error_crosses_as_itself() -> None:
+    import pydantic
+
+    class Answer(pydantic.BaseModel):
+        age: int
+
+    try:
+        Answer.model_validate({"age": "old"})
+    except pydantic.ValidationError as exc:
+        error = exc
+    back = wire.loads_result(wire.dumps_result(TaskResult("t", error=error), "ask")).error
+    assert isinstance(back, pydantic.ValidationError)
+    assert back.errors(include_url=False) == error.errors(include_url=False)
