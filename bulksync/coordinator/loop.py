@@ -60,6 +60,7 @@ from bulksync.errors import (
     ParentCommand,
     TaskCancelledError,
 )
+from bulksync.managed import managed_values
 from bulksync.types import Command, Interrupt
 
 
@@ -253,6 +254,7 @@ class SuperstepLoop:
             self.step,
             self.checkpoint_ns,
             self.updated_channels,
+            managed_values(self.spec.managed, self.step, self.stop),
         )
 
     def _commit(self, source: str) -> None:

@@ -72,8 +72,9 @@ def node_ns(parent_ns: str, name: str) -> str:
     return f"{parent_ns}{NS_SEP}{name}" if parent_ns else name
 
 
-def read_input(node: NodeSpec, channels: Channels) -> Any:
-    """A PULL task's input: the node's available channels (``MISSING`` if there is none)."""
+def read_input(node: NodeSpec, channels: Channels, managed: Mapping[str, Any] | None = None) -> Any:
+    """A PULL task's input: the node's available channels (``MISSING`` if there is none),
+    plus the values of the managed keys it reads (``managed``: this step's)."""
     if isinstance(node.channels, str):
         chan = channels.get(node.channels)
         if chan is None or not chan.is_available():
@@ -81,6 +82,7 @@ def read_input(node: NodeSpec, channels: Channels) -> Any:
         value = chan.get()
     else:
         value = {k: channels[k].get() for k in node.channels if channels[k].is_available()}
+        value.update({k: managed[k] for k in node.managed if managed and k in managed})
     return node.mapper(value) if node.mapper is not None else value
 
 
@@ -155,6 +157,7 @@ def pull_tasks(
     step: int,
     parent_ns: str,
     updated_channels: Iterable[str] | None,
+    managed: Mapping[str, Any] | None = None,
 ) -> list[Task]:
     """One task per node whose triggers changed since it last ran."""
     tasks = []
@@ -163,7 +166,7 @@ def pull_tasks(
         seen = checkpoint.versions_seen.get(name)
         if not triggers(node, channels, checkpoint.channel_versions, seen):
             continue
-        value = read_input(node, channels)
+        value = read_input(node, channels, managed)
         if value is MISSING:
             continue
         trig = tuple(sorted(node.triggers))
@@ -190,13 +193,15 @@ def prepare_next_tasks(
     step: int,
     parent_ns: str = "",
     updated_channels: Iterable[str] | None = None,
+    managed: Mapping[str, Any] | None = None,
 ) -> dict[str, Task]:
     """The tasks of step ``step``, keyed by id: PUSH tasks first, then PULL tasks.
 
     PULL tasks come by name when the last step's updates are known, else in node order.
+    ``managed`` holds this step's managed values (``bulksync.managed``) for nodes' input.
     """
     tasks = push_tasks(spec, checkpoint, channels, step, parent_ns)
-    tasks += pull_tasks(spec, checkpoint, channels, step, parent_ns, updated_channels)
+    tasks += pull_tasks(spec, checkpoint, channels, step, parent_ns, updated_channels, managed)
     return {t.id: t for t in tasks}
 
 

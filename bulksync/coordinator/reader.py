@@ -9,7 +9,7 @@ into that task's writes, or sends it one level further up.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from bulksync.channels.base import MISSING, BaseChannel
@@ -25,9 +25,12 @@ from bulksync.types import Command
 class StateReader:
     """Reads the step's channels with a task's writes applied to a private copy."""
 
-    def __init__(self, spec: GraphSpec, step: StepInput) -> None:
+    def __init__(
+        self, spec: GraphSpec, step: StepInput, managed: Mapping[str, Any] | None = None
+    ) -> None:
         self._spec = spec
         self._values = step.channel_values
+        self._managed = managed or {}  # the task's managed values (bulksync.managed)
 
     def _channel(self, key: str) -> BaseChannel[Any, Any]:
         return self._spec.channels[key].from_checkpoint(decoded(self._values.get(key, MISSING)))
@@ -40,6 +43,8 @@ class StateReader:
                 pending[chan].append(value)
         values: dict[str, Any] = {}
         for key in keys:
+            if key in self._managed:
+                values[key] = self._managed[key]
             if key not in self._spec.channels:
                 continue
             channel = self._channel(key)

@@ -67,6 +67,8 @@ class NodeSpec:
     queue: str | None = None
     timeout: float | None = None
     is_async: bool = False
+    managed: tuple[str, ...] = ()
+    """Managed keys (``bulksync.managed``) the node's input holds besides its channels."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -89,6 +91,8 @@ class GraphSpec:
     interrupt_after: tuple[str, ...] | str = ()
     # The keys of the state schema, read by ``get_state`` to build ``values``.
     state_keys: tuple[str, ...] = ()
+    managed: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Managed state keys (``bulksync.managed``) and their kinds: read, never stored."""
 
 
 class CompiledGraph(Protocol):

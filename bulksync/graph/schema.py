@@ -25,6 +25,7 @@ from bulksync.channels.last_value import LastValue
 from bulksync.config import get_config, get_stream_writer
 from bulksync.constants import RESERVED
 from bulksync.errors import InvalidGraphError
+from bulksync.managed import managed_kind
 from bulksync.runtime import Runtime, get_runtime
 from bulksync.types import Command
 
@@ -63,6 +64,8 @@ def schema_channels(schema: Any) -> dict[str, BaseChannel[Any, Any]]:
     for name, annotation in typing.get_type_hints(schema, include_extras=True).items():
         if name == "__slots__" or typing.get_origin(annotation) is ClassVar:
             continue
+        if managed_kind(annotation) is not None:
+            continue  # a managed value: the engine fills it in, no channel holds it
         if name in RESERVED:
             raise InvalidGraphError(
                 f"State key '{name}' of {getattr(schema, '__name__', schema)!r} is reserved by "
@@ -70,6 +73,14 @@ def schema_channels(schema: Any) -> dict[str, BaseChannel[Any, Any]]:
             )
         channels[name] = channel_for(name, annotation)
     return channels
+
+
+def schema_managed(schema: Any) -> dict[str, str]:
+    """The managed keys of ``schema`` (``RemainingSteps``, ``IsLastStep``) and their kinds."""
+    if not hasattr(schema, "__annotations__"):
+        return {}
+    hints = typing.get_type_hints(schema, include_extras=True)
+    return {k: kind for k, hint in hints.items() if (kind := managed_kind(hint)) is not None}
 
 
 def channel_for(name: str, annotation: Any) -> BaseChannel[Any, Any]:

@@ -31,6 +31,7 @@ from bulksync.graph.schema import (
     is_async_callable,
     may_return_command,
     schema_channels,
+    schema_managed,
     stored_types,
 )
 from bulksync.graph.validation import check_reachable, check_structure
@@ -97,6 +98,9 @@ class StateGraph(Generic[StateT]):
         self.branches: dict[str, dict[str, Branch]] = {}
         self.schemas: dict[Any, dict[str, BaseChannel[Any, Any]]] = {}
         self.channels: dict[str, BaseChannel[Any, Any]] = {}
+        # Managed keys (bulksync.managed) by schema, and of all schemas: no channel holds them.
+        self.managed_of: dict[Any, dict[str, str]] = {}
+        self.managed: dict[str, str] = {}
         self.compiled = False
         self.state_schema = state_schema
         self.context_schema = context_schema
@@ -133,6 +137,8 @@ class StateGraph(Generic[StateT]):
             return
         channels = schema_channels(schema)
         self.schemas[schema] = channels
+        self.managed_of[schema] = schema_managed(schema)
+        self.managed.update(self.managed_of[schema])
         for key, channel in channels.items():
             known = self.channels.get(key)
             if known is None:
@@ -423,6 +429,7 @@ def build_spec(
         output_channels=ROOT if output_keys == (ROOT,) else output_keys,
         stream_channels=ROOT if all_keys == (ROOT,) else all_keys,
         trigger_to_nodes={k: tuple(v) for k, v in trigger_to_nodes.items()},
+        managed=dict(builder.managed),
         interrupt_before=before,
         interrupt_after=after,
         state_keys=all_keys,

@@ -333,6 +333,7 @@ def compile_nodes(
             queue=node.queue,
             timeout=node.timeout,
             is_async=node.is_async,
+            managed=tuple(builder.managed_of[node.input_schema]),
         )
     return channels, nodes
 
@@ -383,5 +384,6 @@ def _branch_readers(builder: StateGraph[Any], source: str) -> tuple[BranchReader
         keys = tuple(builder.schemas[schema])
         root = keys == (ROOT,)
         mapper = None if root else schema_mapper(schema)
-        readers.append(BranchReader(branch, ROOT if root else keys, mapper))
+        read = ROOT if root else (*keys, *builder.managed_of[schema])  # managed keys too
+        readers.append(BranchReader(branch, read, mapper))
     return tuple(readers)

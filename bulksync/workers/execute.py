@@ -23,6 +23,7 @@ from bulksync.coordinator.reader import StateReader, apply_parent_command
 from bulksync.coordinator.spec import GraphSpec, NodeSpec, Write
 from bulksync.errors import GraphInterrupt, NodeCancelledError, ParentCommand
 from bulksync.ids import interrupt_id
+from bulksync.managed import managed_values
 from bulksync.runtime import ExecutionInfo, Runtime
 from bulksync.workers.messages import MessageStream, listening, message_stream
 
@@ -80,7 +81,7 @@ def _attempt(
 def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> TaskResult:
     """Run ``task`` of ``spec`` to a result (writes, error or interrupts); never raises."""
     node = spec.nodes[task.name]
-    read = StateReader(spec, step)
+    read = StateReader(spec, step, managed_values(spec.managed, task.step, step.stop))
     # The task's own level over the step's answer: it records whether this task took it.
     null_resume = NullResume(None, live.null_resume)
     messages = _message_stream(step, task, live)

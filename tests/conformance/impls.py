@@ -54,6 +54,7 @@ class Impl:
     InMemorySaver: Any
     prebuilt: ModuleType
     runtime: ModuleType
+    managed: ModuleType
     compiler: Callable[..., Any] | None = None
     saver_factory: Callable[[], Any] | None = None
 
@@ -94,6 +95,7 @@ def _load(pkg: str, name: str) -> Impl:
         InMemorySaver=memory.InMemorySaver,
         prebuilt=importlib.import_module(f"{pkg}.prebuilt"),
         runtime=importlib.import_module(f"{pkg}.runtime"),
+        managed=importlib.import_module(f"{pkg}.managed"),
     )
 
 

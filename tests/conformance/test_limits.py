@@ -259,3 +259,32 @@ def node_raises_cancelled_error(impl: Impl) -> Any:
 
 def test_node_raises_cancelled_error(conform: Conform) -> None:
     conform(node_raises_cancelled_error)
+
+
+def managed_values(impl: Impl) -> Any:
+    """``RemainingSteps`` and ``IsLastStep`` state keys: computed, read, never stored."""
+    # Built with real annotation objects: this module's annotations are strings.
+    keys = {
+        "log": Annotated[list[str], operator.add],
+        "remaining": impl.managed.RemainingSteps,
+        "last": impl.managed.IsLastStep,
+    }
+    Agent = TypedDict("Agent", keys)  # type: ignore[misc]
+
+    def think(state: Any) -> dict[str, Any]:
+        return {"log": [f"{state['remaining']}:{state['last']}"]}
+
+    def enough(state: Any) -> str:
+        return impl.END if state["remaining"] <= 2 else "think"
+
+    b = impl.StateGraph(Agent)
+    b.add_node("think", think)
+    b.add_edge(impl.START, "think")
+    b.add_conditional_edges("think", enough)
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = {"configurable": {"thread_id": "managed"}, "recursion_limit": 6}
+    return {"out": g.invoke({"log": []}, cfg), "state": g.get_state(cfg).values}
+
+
+def test_managed_values(conform: Conform) -> None:
+    conform(managed_values)

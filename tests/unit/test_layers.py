@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("settings",),
     ("runtime",),
     ("errors", "types", "config", "context", "constants"),
-    ("keys", "ids", "exports", "logs", "retry", "warnings"),
+    ("keys", "ids", "exports", "logs", "retry", "warnings", "managed"),
 )
 """Top to bottom: a unit imports its own layer's units or lower ones, never higher."""
 

@@ -370,6 +370,7 @@ def record(name: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         step: int,
         parent_ns: str = "",
         updated_channels: Iterable[str] | None = None,
+        managed: Mapping[str, Any] | None = None,
     ) -> dict[str, plan.Task]:
         args = {
             "checkpoint": checkpoint_data(checkpoint),
@@ -378,8 +379,10 @@ def record(name: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             "parent_ns": parent_ns,
             "updated_channels": maybe_sorted(updated_channels),
         }
+        if managed:  # the traced graphs have no managed keys: their traces stay as stored
+            args["managed"] = dict(managed)
         tasks = plan.prepare_next_tasks(
-            spec, checkpoint, channels, step, parent_ns, updated_channels
+            spec, checkpoint, channels, step, parent_ns, updated_channels, managed
         )
         calls.append({"call": "prepare_next_tasks", "graph": names[id(spec)], "args": args})
         return tasks
