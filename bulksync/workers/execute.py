@@ -169,6 +169,8 @@ def _parent_ns(task_ns: str) -> str:
 def _message_stream(step: StepInput, task: Task, live: StepLive) -> MessageStream | None:
     """The task's ``messages`` stream, when its run asks for that mode (see messages.py)."""
     modes = step.nesting.modes if step.nesting is not None else ()
+    if "messages" not in modes:  # the common case: nothing to set up per task
+        return None
 
     def emit(message: Any, metadata: dict[str, Any]) -> None:
         live.sink(step.namespace, "messages", (message, metadata))
