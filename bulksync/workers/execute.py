@@ -29,8 +29,13 @@ from bulksync.workers.messages import MessageStream, listening, message_stream
 
 
 def task_config(step: StepInput, task: Task) -> dict[str, Any]:
-    """The config a node sees: the run's, with the task's namespace and metadata."""
-    config = dict(step.config)
+    """The config a node sees: the run's, with the task's namespace and metadata.
+
+    Not the run's ``run_id``: it names the run, once. A node handing its config to a chat
+    model would give every model call that id, and so every answer the same message id
+    (``lc_run--<run id>-0``), which ``add_messages`` then merges into one.
+    """
+    config = {k: v for k, v in step.config.items() if k != "run_id"}
     config["metadata"] = {**(step.config.get("metadata") or {}), **task.metadata()}
     config["configurable"] = {
         **(step.config.get("configurable") or {}),
@@ -154,7 +159,7 @@ def _runtime(
         checkpoint_ns=task.checkpoint_ns,
         task_id=task.id,
         thread_id=configurable.get("thread_id"),
-        run_id=None if config.get("run_id") is None else str(config["run_id"]),
+        run_id=None if step.config.get("run_id") is None else str(step.config["run_id"]),
         node_attempt=attempt,
         node_first_attempt_time=first_attempt,
     )

@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.runnables import RunnableLambda
+from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import tool
 from langgraph.prebuilt import create_react_agent
 
@@ -154,3 +154,26 @@ def tool_node_with_tools_condition(impl: Impl) -> Any:
 
 def test_tool_node_with_tools_condition(conform: Conform) -> None:
     conform(tool_node_with_tools_condition)
+
+
+def model_calls_keep_their_own_ids(impl: Impl) -> Any:
+    """A node handing its config to a chat model twice, in a run given a ``run_id``: each
+    answer keeps an id of its own (the run's id is not passed on to the model calls), so
+    ``add_messages`` keeps both."""
+    import uuid
+
+    model = GenericFakeChatModel(messages=iter([AIMessage("first"), AIMessage("second")]))
+
+    def twice(state: Any, config: RunnableConfig) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"], config) for _ in range(2)]}
+
+    b = impl.StateGraph(impl.MessagesState)
+    b.add_node("twice", twice)
+    b.add_edge(impl.START, "twice")
+    out = impl.compile(b).invoke({"messages": [("user", "hi")]}, {"run_id": uuid.uuid4()})
+    ids = [m.id for m in out["messages"]]
+    return {"messages": _plain(out["messages"]), "distinct_ids": len(set(ids)) == len(ids)}
+
+
+def test_model_calls_keep_their_own_ids(conform: Conform) -> None:
+    conform(model_calls_keep_their_own_ids)
