@@ -100,6 +100,9 @@ class StepLive:
     null_resume: NullResume
     executor: Executor
     saver: CheckpointSaver | None = None
+    replay: Any = None
+    """The run's ``nested.ReplayState`` when it replays an old checkpoint (subgraphs run by
+    the loop start from their state as of then)."""
 
 
 class StepHandle(Protocol):

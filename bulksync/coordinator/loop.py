@@ -25,6 +25,7 @@ from bulksync.channels.base import MISSING, BaseChannel
 from bulksync.checkpoint.base import Checkpoint, CheckpointSaver, PendingWrite
 from bulksync.constants import (
     CHECKPOINT_ID,
+    CHECKPOINT_NS,
     ERROR,
     INTERRUPT,
     NO_WRITES,
@@ -46,7 +47,7 @@ from bulksync.coordinator.executor import (
     TaskResult,
 )
 from bulksync.coordinator.ledger import Ledger, load_head
-from bulksync.coordinator.nested import child_options, child_saver
+from bulksync.coordinator.nested import ReplayState, child_options, child_saver
 from bulksync.coordinator.options import RunOptions
 from bulksync.coordinator.plan import Task, prepare_next_tasks, should_interrupt
 from bulksync.coordinator.reader import StateReader, apply_parent_command
@@ -89,6 +90,7 @@ class SuperstepLoop:
         nesting: Nesting | None = None,
         null_resume: NullResume | None = None,
         namespace: tuple[str, ...] | None = None,
+        replay: ReplayState | None = None,
     ) -> None:
         self.spec = spec
         self.input = input
@@ -101,9 +103,20 @@ class SuperstepLoop:
         if namespace is None:
             namespace = tuple(checkpoint_ns.split(NS_SEP)) if checkpoint_ns else ()
         self.stream = StreamBuffer(sink, namespace, spec, options)
-        saved, self.superseded = load_head(
-            saver, options.config, checkpoint_ns, nested=nesting is not None
+        # A subgraph's first run in a replayed parent starts from its state as of then.
+        self.replay = replay
+        self.replayed = bool(
+            replay and nesting is not None and saver and replay.first_visit(checkpoint_ns)
         )
+        if self.replayed:
+            assert replay is not None and saver is not None
+            conf = {**(options.config.get("configurable") or {}), CHECKPOINT_NS: checkpoint_ns}
+            conf.pop(CHECKPOINT_ID, None)
+            saved, self.superseded = replay.load(saver, {"configurable": conf}), False
+        else:
+            saved, self.superseded = load_head(
+                saver, options.config, checkpoint_ns, nested=nesting is not None
+            )
         conf = options.config.get("configurable") or {}
         # An addressed checkpoint (replay or fork) the thread has moved past: its finished
         # tasks run again.
@@ -147,11 +160,14 @@ class SuperstepLoop:
         is_command = isinstance(self.input, Command)
         has_state = bool(self.versions.channel_versions)
         if self.nesting is not None:
-            self.is_resuming = has_state and self.nesting.resuming
+            # A replayed subgraph runs its input again on its old state, not resumes.
+            self.is_resuming = has_state and self.nesting.resuming and not self.replayed
         else:
             self.is_resuming = has_state and (self.input is None or is_command)
         resuming_cmd = is_command and self.input.resume is not None
         time_travel = self.addressed and not resuming_cmd
+        if time_travel:  # this run's subgraphs replay too
+            self.replay = ReplayState(self._replayed_id())
         self.is_replaying = time_travel or self.superseded
         pending = self.ledger.pending
         if time_travel:
@@ -201,6 +217,15 @@ class SuperstepLoop:
                 f"Received no input for {self.spec.input_channels}: pass an input, or resume "
                 "an existing thread (its config must name a thread with a checkpoint)."
             )
+
+    def _replayed_id(self) -> str:
+        """The checkpoint subgraphs replay from: the addressed one, or, for a checkpoint an
+        update or fork made, the one it was made from (the subgraphs' state is that one's)."""
+        source = self.ledger.metadata.get("source")
+        parent = (self.ledger.parent_config or {}).get("configurable") or {}
+        if source in ("update", "fork") and parent.get(CHECKPOINT_ID):
+            return str(parent[CHECKPOINT_ID])
+        return self.checkpoint.id
 
     def _command_input(self, cmd: Command[Any]) -> list[Write]:
         if cmd.resume is not None:
@@ -312,7 +337,7 @@ class SuperstepLoop:
         # The step's tasks share one copy of the run-wide answer (a worker gets its own); the
         # run's answer is consumed below when a task reports it took its copy.
         answer = self.null_resume.peek()
-        live = StepLive(self.sink, NullResume(answer), self.executor, self.saver)
+        live = StepLive(self.sink, NullResume(answer), self.executor, self.saver, self.replay)
         handle = (
             self.executor.submit(self.spec, step_input, live, plain, results.put) if plain else None
         )
@@ -556,6 +581,7 @@ def run_child(
         nesting=step.nesting,
         null_resume=live.null_resume,
         namespace=tuple(ns.split(NS_SEP)),
+        replay=live.replay,
     )
     return loop.run()
 

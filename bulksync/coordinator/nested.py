@@ -10,7 +10,11 @@ task's namespace (``node:<task_id>``), inherits the parent's saver unless compil
 
 from __future__ import annotations
 
-from bulksync.checkpoint.base import CheckpointSaver
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from bulksync.checkpoint.base import CheckpointSaver, CheckpointTuple
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, NS_END, NS_SEP
 from bulksync.coordinator.executor import StepInput
 from bulksync.coordinator.options import RunOptions
@@ -22,6 +26,35 @@ def recast_namespace(ns: str) -> str:
     subgraph's checkpoints are stored. A numeric segment stays: two persistent graphs invoked
     in one node keep apart."""
     return NS_SEP.join(part.split(NS_END)[0] for part in ns.split(NS_SEP))
+
+
+class ReplayState:
+    """A run replaying an old checkpoint, as its subgraphs see it.
+
+    The first time a subgraph runs in the replay, it starts from its own last checkpoint
+    taken before the replayed one (its state as of then, or none), not from its latest: an
+    interrupt it had answered since is asked again, state it gathered since is not there.
+    Later runs of the same subgraph (a loop) load their latest as usual. Subgraph tasks run
+    on threads of their own, hence the lock.
+    """
+
+    def __init__(self, checkpoint_id: str) -> None:
+        self.checkpoint_id = checkpoint_id
+        self._visited: set[str] = set()
+        self._lock = threading.Lock()
+
+    def first_visit(self, checkpoint_ns: str) -> bool:
+        """Whether this is the subgraph's first run in the replay (task ids ignored)."""
+        stable = checkpoint_ns.rsplit(NS_END, 1)[0]
+        with self._lock:
+            first = stable not in self._visited
+            self._visited.add(stable)
+        return first
+
+    def load(self, saver: CheckpointSaver, config: Mapping[str, Any]) -> CheckpointTuple | None:
+        """The subgraph's last checkpoint before the replayed one (None: there is none)."""
+        before = {"configurable": {CHECKPOINT_ID: self.checkpoint_id}}
+        return next(iter(saver.list(config, before=before, limit=1)), None)
 
 
 def child_saver(compiled: CompiledGraph, parent: CheckpointSaver | None) -> CheckpointSaver | None:

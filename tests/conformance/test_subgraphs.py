@@ -377,3 +377,41 @@ def parent_command_three_levels_with_persistent_subgraphs(impl: Impl) -> Any:
 
 def test_parent_command_three_levels_with_persistent_subgraphs(conform: Conform) -> None:
     conform(parent_command_three_levels_with_persistent_subgraphs)
+
+
+def replay_into_a_subgraph(impl: Impl) -> Any:
+    """Replaying the parent from before a subgraph asked its question asks it again; the
+    subgraph starts from its own state as of that point, not from its latest."""
+
+    def ask(state: Child) -> dict[str, Any]:
+        return {"log": [f"answer:{impl.interrupt('question?')}"]}
+
+    cb = impl.StateGraph(Child)
+    cb.add_node("prepare", lambda s: {"log": ["prepared"]})
+    cb.add_node("ask", ask)
+    cb.add_edge(impl.START, "prepare")
+    cb.add_edge("prepare", "ask")
+    b = impl.StateGraph(Parent)
+    b.add_node("route", lambda s: {"log": ["routed"]})
+    b.add_node("child", impl.compile(cb, checkpointer=True))
+    b.add_node("after", lambda s: {"log": ["after"]})
+    b.add_edge(impl.START, "route")
+    b.add_edge("route", "child")
+    b.add_edge("child", "after")
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = {"configurable": {"thread_id": "replay-sub"}}
+    g.invoke({"log": [], "topic": "t"}, cfg)
+    done = g.invoke(impl.Command(resume="first"), cfg)
+    history = list(g.get_state_history(cfg))
+    before_child = [s for s in history if s.next == ("child",)][-1]
+    replayed = g.invoke(None, before_child.config)
+    again = g.invoke(impl.Command(resume="second"), cfg)
+    return {
+        "done": done,
+        "replayed": [i.value for i in replayed.get("__interrupt__", ())],
+        "again": again,
+    }
+
+
+def test_replay_into_a_subgraph(conform: Conform) -> None:
+    conform(replay_into_a_subgraph)
