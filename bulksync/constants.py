@@ -21,6 +21,7 @@ ERROR: Final = "__error__"
 NO_WRITES: Final = "__no_writes__"
 RETURN: Final = "__return__"
 ERROR_SOURCE_NODE: Final = "__error_source_node__"
+PREVIOUS: Final = "__previous__"  # an entrypoint's saved value, its next run's ``previous``
 CONTROL_CHANNELS: Final = frozenset(
     {NO_WRITES, "__pregel_push", RESUME, INTERRUPT, RETURN, ERROR, ERROR_SOURCE_NODE}
 )

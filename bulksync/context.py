@@ -89,6 +89,8 @@ class TaskContext:
     parent: Any = None
     # The task's ``runtime.Runtime`` (context, stream writer, execution info).
     runtime: Any = None
+    # Starts the task's ``@task`` calls (``workers.calls.Calls``).
+    calls: Any = None
 
     def record_resume(self, answers: list[Any]) -> None:
         """Record the answers consumed so far as the task's ``__resume__`` write."""

@@ -26,6 +26,18 @@ StreamSink = Callable[[tuple[str, ...], str, Any], None]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class CallRecord:
+    """A ``@task`` call a node made (``workers/calls.py``): a task of the same step, whose
+    writes (``__return__``, ``__resume__``) the loop stores as that task's pending writes."""
+
+    task_id: str
+    name: str
+    path: str
+    """The call's task path key (``stream.task_path_key``): its pending writes' order."""
+    writes: tuple[Write, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class TaskResult:
     """What one task produced: its writes, or the error or interrupts that stopped it.
 
@@ -45,6 +57,8 @@ class TaskResult:
     """Whether the task consumed the run-wide ``Command(resume=v)`` answer. A worker consumes
     its own copy of it, so the loop consumes the run's answer when it records the result:
     the next question is not answered with it again."""
+    calls: tuple[CallRecord, ...] = ()
+    """The ``@task`` calls the task made that ended, whatever became of the task itself."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,6 +98,8 @@ class StepInput:
     nesting: Nesting | None = None
     context: Any = None
     """The run's ``invoke(..., context=...)``, for each task's ``Runtime``."""
+    returns: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Results of ``@task`` calls that finished in an earlier attempt, by call task id."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

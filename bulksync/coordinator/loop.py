@@ -33,6 +33,7 @@ from bulksync.constants import (
     NS_SEP,
     NULL_TASK_ID,
     RESUME,
+    RETURN,
 )
 from bulksync.context import NullResume, TaskContext
 from bulksync.coordinator import clock, stream
@@ -397,10 +398,13 @@ class SuperstepLoop:
                 checkpoint_map=parents,
             ),
             context=self.options.context,
+            returns={tid: v for tid, chan, v in self.ledger.pending if chan == RETURN},
         )
 
     def _record(self, task: Task, result: TaskResult) -> BaseException | None:
         """Persist one task's result; return the error that must stop the step, if any."""
+        for call in result.calls:  # ``@task`` calls it made: their results outlive a pause
+            self.ledger.record(call.task_id, call.path, call.writes, call.name)
         path = stream.task_path_key(task)
         if result.error is not None:
             if isinstance(result.error, ParentCommand):

@@ -66,7 +66,7 @@ class CompiledStateGraph(AsyncGraphMethods):
 
     def with_executor(self, executor: Executor) -> CompiledStateGraph:
         """The same graph, run by ``executor`` (e.g. a cluster executor)."""
-        return CompiledStateGraph(
+        return type(self)(
             builder=self.builder,
             spec=self.spec,
             checkpointer=self.checkpointer,
@@ -77,7 +77,7 @@ class CompiledStateGraph(AsyncGraphMethods):
 
     def with_checkpointer(self, checkpointer: CheckpointSaver | None) -> CompiledStateGraph:
         """The same graph and executor, checkpointing to ``checkpointer`` (e.g. a fenced saver)."""
-        return CompiledStateGraph(
+        return type(self)(
             builder=self.builder,
             spec=self.spec,
             checkpointer=checkpointer,

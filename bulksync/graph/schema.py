@@ -32,7 +32,7 @@ from bulksync.types import Command
 ROOT = "__root__"
 """The one channel of a state schema that has no keys."""
 
-_INJECTABLE = ("config", "writer", "runtime", "store")
+_INJECTABLE = ("config", "writer", "runtime", "store", "previous")
 _KEYWORD_KINDS = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
@@ -189,20 +189,24 @@ class InjectingCall:
     writer: bool = False
     runtime: bool = False
     store: bool = False
+    previous: bool = False
 
     def __call__(self, value: Any) -> Any:
-        """``func(value, config=…, writer=…, runtime=…, store=…)``, from the running task."""
+        """``func(value, config=…, writer=…, runtime=…, store=…, previous=…)``, from the
+        running task (``previous``: what the last run on the thread saved, for entrypoints)."""
         kwargs: dict[str, Any] = {}
         if self.config:
             kwargs["config"] = get_config()
         if self.writer:
             kwargs["writer"] = get_stream_writer()
-        if self.runtime or self.store:
+        if self.runtime or self.store or self.previous:
             runtime: Runtime[Any] = get_runtime()
             if self.runtime:
                 kwargs["runtime"] = runtime
             if self.store:
                 kwargs["store"] = runtime.store
+            if self.previous:
+                kwargs["previous"] = runtime.previous
         return self.func(value, **kwargs)
 
 

@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bulksync.constants import CHECKPOINT_NS, NS_SEP, RESUME
+from bulksync.checkpoint.base import decoded
+from bulksync.constants import CHECKPOINT_NS, NS_SEP, PREVIOUS, RESUME
 from bulksync.context import NullResume, Scratchpad, TaskContext, task_context
 from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
@@ -25,6 +26,7 @@ from bulksync.errors import GraphInterrupt, NodeCancelledError, ParentCommand
 from bulksync.ids import interrupt_id
 from bulksync.managed import managed_values
 from bulksync.runtime import ExecutionInfo, Runtime
+from bulksync.workers.calls import CallLog, Calls
 from bulksync.workers.messages import MessageStream, listening, message_stream
 
 
@@ -95,29 +97,17 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
     while True:
         attempt += 1
         resumes: list[Write] = []
-        pad = Scratchpad(
-            task_ns=task.checkpoint_ns,
-            step=task.step,
-            stop=step.stop,
-            resume=resume_answers(task, step),
-            null_resume=null_resume,
-        )
-        config = task_config(step, task)
+        ctx = _attempt_context(step, live, task, resumes, null_resume, (attempt, first_attempt))
         if messages is not None:  # chat models the node hands its config to report tokens
-            config["callbacks"] = [*(config.get("callbacks") or ()), messages.handler]
-        writer = functools.partial(live.sink, step.namespace, "custom")
-        ctx = TaskContext(
-            config=config,
-            scratchpad=pad,
-            stream_writer=writer,
-            send=resumes.extend,
-            parent=(step, live, task) if step.nesting is not None else None,
-            runtime=_runtime(step, task, config, writer, attempt, first_attempt),
-        )
+            ctx.config["callbacks"] = [*(ctx.config.get("callbacks") or ()), messages.handler]
+        ctx.calls = calls = _calls(step, live, task, null_resume)
         try:
             writes = _attempt(node, task, ctx, read, messages)
             return TaskResult(
-                task.id, tuple(_last_resume(resumes) + writes), took_null_resume=null_resume.taken
+                task.id,
+                tuple(_last_resume(resumes) + writes),
+                took_null_resume=null_resume.taken,
+                calls=calls.join(),
             )
         except GraphInterrupt as exc:
             return TaskResult(
@@ -126,6 +116,7 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
                 interrupts=exc.interrupts,
                 interrupted=True,
                 took_null_resume=null_resume.taken,
+                calls=calls.join(),
             )
         except ParentCommand as exc:
             return TaskResult(task.id, (), error=exc, took_null_resume=null_resume.taken)
@@ -133,14 +124,66 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
             # Raised by the node's own code (nothing here cancels it): a failure of the node.
             error = NodeCancelledError(task.name)
             error.__cause__ = exc
-            return TaskResult(task.id, (), error=error, took_null_resume=null_resume.taken)
+            return _failed(task, error, null_resume, calls)
         except Exception as exc:
             policy = next((p for p in node.retry_policy if p.should_retry(exc)), None)
             if policy is None or attempt >= policy.max_attempts:
                 # The error keeps its type; the note (LangGraph's words) names node and task.
                 exc.add_note(f"During task with name '{task.name}' and id '{task.id}'")
-                return TaskResult(task.id, (), error=exc, took_null_resume=null_resume.taken)
+                return _failed(task, exc, null_resume, calls)
+            calls.join()  # the failed attempt's calls end before the next attempt
             time.sleep(policy.delay(attempt))  # retry backoff
+
+
+def _failed(task: Task, error: BaseException, null_resume: NullResume, calls: Calls) -> TaskResult:
+    """A failed task's result: the calls it made that finished are kept all the same."""
+    return TaskResult(
+        task.id, (), error=error, took_null_resume=null_resume.taken, calls=calls.join()
+    )
+
+
+def _attempt_context(
+    step: StepInput,
+    live: StepLive,
+    task: Task,
+    resumes: list[Write],
+    null_resume: NullResume,
+    attempt: tuple[int, float],
+) -> TaskContext:
+    """The context one attempt of ``task`` (a node's, or a ``@task`` call's) runs in."""
+    pad = Scratchpad(
+        task_ns=task.checkpoint_ns,
+        step=task.step,
+        stop=step.stop,
+        resume=resume_answers(task, step),
+        null_resume=null_resume,
+    )
+    config = task_config(step, task)
+    writer = functools.partial(live.sink, step.namespace, "custom")
+    return TaskContext(
+        config=config,
+        scratchpad=pad,
+        stream_writer=writer,
+        send=resumes.extend,
+        parent=(step, live, task) if step.nesting is not None else None,
+        runtime=_runtime(step, task, config, writer, *attempt),
+    )
+
+
+def _calls(step: StepInput, live: StepLive, task: Task, null_resume: NullResume) -> Calls:
+    """What starts ``task``'s ``@task`` calls: each in a context of its own, sharing the
+    task's level of the run-wide resume answer (a call that takes it, the task took)."""
+    modes = step.nesting.modes if step.nesting is not None else ("updates",)
+
+    def context_for(call: Task, resumes: list[Write]) -> TaskContext:
+        own = NullResume(None, null_resume)
+        return _attempt_context(step, live, call, resumes, own, (1, time.time()))
+
+    def emit(update: dict[str, Any]) -> None:
+        if "updates" in modes:
+            live.sink(step.namespace, "updates", update)
+
+    return Calls(task, step.returns, context_for, CallLog(), emit)
 
 
 def _runtime(
@@ -163,7 +206,13 @@ def _runtime(
         node_attempt=attempt,
         node_first_attempt_time=first_attempt,
     )
-    return Runtime(context=step.context, stream_writer=writer, execution_info=info)
+    previous = step.channel_values.get(PREVIOUS)  # an entrypoint's saved value, if any
+    return Runtime(
+        context=step.context,
+        stream_writer=writer,
+        previous=None if previous is None else decoded(previous),
+        execution_info=info,
+    )
 
 
 def _parent_ns(task_ns: str) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 from bulksync.channels.base import MISSING
 from bulksync.checkpoint.base import Encoded, Serde
 from bulksync.checkpoint.serde import MsgpackSerde, dumps_for, lookup_loaded, type_ref
-from bulksync.coordinator.executor import Nesting, StepInput, TaskResult
+from bulksync.coordinator.executor import CallRecord, Nesting, StepInput, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.errors import (
     REMOTE_NOTE,
@@ -132,9 +132,11 @@ def dumps_state(step: StepInput) -> bytes:
         list(step.namespace),
         None if step.nesting is None else _pack_nesting(step.nesting),
         step.context,
+        dict(step.returns),
     ]
     parts = [("(run config)", key, value) for key, value in config.items()]
     parts.append(("(run context)", "context", step.context))
+    parts.extend(("(@task call)", task_id, value) for task_id, value in step.returns.items())
     return _dumps_located(record, parts)
 
 
@@ -178,10 +180,9 @@ def _dumps_located(record: Any, parts: Sequence[tuple[str, str, Any]]) -> bytes:
 
 def loads_state(data: bytes) -> StepInput:
     """Decode a step input written by ``dumps_state``; channel values decode on first read."""
-    # A step stored by an older coordinator has no context field.
-    values, config, stop, resume, resume_map, null_resume, namespace, nesting, *context = (
-        SERDE.loads(data)
-    )
+    # A step stored by an older coordinator has no context or returns field.
+    fields = SERDE.loads(data)
+    values, config, stop, resume, resume_map, null_resume, namespace, nesting, *rest = fields
     return StepInput(
         {key: Encoded(value, SERDE) for key, value in values.items()},
         config,
@@ -191,7 +192,8 @@ def loads_state(data: bytes) -> StepInput:
         null_resume,
         tuple(namespace),
         None if nesting is None else _unpack_nesting(nesting),
-        context[0] if context else None,
+        rest[0] if rest else None,
+        rest[1] if len(rest) > 1 else {},
     )
 
 
@@ -281,6 +283,10 @@ def encode_result(result: TaskResult, node: str) -> tuple[bytes, BaseException |
     parts = [(node, "(interrupt value)", i.value) for i in result.interrupts]
     try:
         writes = [[chan, value_bytes(value, node, chan)] for chan, value in result.writes]
+        calls = [
+            [c.task_id, c.name, c.path, [[ch, value_bytes(v, c.name, ch)] for ch, v in c.writes]]
+            for c in result.calls
+        ]
         record = [
             result.task_id,
             writes,
@@ -288,6 +294,7 @@ def encode_result(result: TaskResult, node: str) -> tuple[bytes, BaseException |
             list(result.interrupts),
             result.took_null_resume,
             result.interrupted,
+            calls,
         ]
         return _dumps_located(record, parts), result.error
     except SerializationError as exc:
@@ -301,7 +308,11 @@ def loads_result(data: bytes) -> TaskResult:
     # A result from an older worker has four fields (no flags): it paused iff it has
     # interrupts, and it took no run-wide resume answer as far as anyone knows.
     task_id, writes, error, interrupts, *flags = SERDE.loads(data)
-    took_null_resume, interrupted = flags if flags else (False, bool(interrupts))
+    took_null_resume, interrupted = flags[:2] if flags else (False, bool(interrupts))
+    calls = tuple(
+        CallRecord(tid, name, path, tuple((ch, Encoded(v, SERDE)) for ch, v in call_writes))
+        for tid, name, path, call_writes in (flags[2] if len(flags) > 2 else ())
+    )
     return TaskResult(
         task_id,
         tuple((chan, Encoded(value, SERDE)) for chan, value in writes),
@@ -309,6 +320,7 @@ def loads_result(data: bytes) -> TaskResult:
         interrupts=tuple(i for i in interrupts if isinstance(i, Interrupt)),
         interrupted=bool(interrupted),
         took_null_resume=bool(took_null_resume),
+        calls=calls,
     )
 
 

@@ -55,14 +55,25 @@ class Impl:
     prebuilt: ModuleType
     runtime: ModuleType
     managed: ModuleType
+    func: ModuleType
     compiler: Callable[..., Any] | None = None
     saver_factory: Callable[[], Any] | None = None
+    attach: Callable[[Any], Any] | None = None
 
     def compile(self, builder: Any, **kw: Any) -> Any:
         """Compile `builder` the way this flavour runs graphs (default: `builder.compile`)."""
         if self.compiler is not None:
             return self.compiler(builder, **kw)
         return builder.compile(**kw)
+
+    def entrypoint(self, **kw: Any) -> Callable[[Callable[..., Any]], Any]:
+        """``@entrypoint(**kw)``, the graph it makes run the way this flavour runs graphs."""
+
+        def decorate(func: Callable[..., Any]) -> Any:
+            graph = self.func.entrypoint(**kw)(func)
+            return self.attach(graph) if self.attach is not None else graph
+
+        return decorate
 
     def saver(self) -> Any:
         """A fresh in-memory checkpointer (or the checkpointer this flavour always uses)."""
@@ -96,6 +107,7 @@ def _load(pkg: str, name: str) -> Impl:
         prebuilt=importlib.import_module(f"{pkg}.prebuilt"),
         runtime=importlib.import_module(f"{pkg}.runtime"),
         managed=importlib.import_module(f"{pkg}.managed"),
+        func=importlib.import_module(f"{pkg}.func"),
     )
 
 
@@ -155,7 +167,9 @@ def _load_celery() -> Impl:
     def compiler(builder: Any, **kw: Any) -> Any:
         return cluster.attach(builder.compile(**kw))
 
-    return dataclasses.replace(_load("bulksync", "celery"), compiler=compiler)
+    return dataclasses.replace(
+        _load("bulksync", "celery"), compiler=compiler, attach=cluster.attach
+    )
 
 
 def _load_remote() -> Impl:
@@ -173,6 +187,7 @@ def _load_remote() -> Impl:
         StateGraph=remote.StateGraph,
         compiler=service.compile,
         saver_factory=lambda: service.saver,
+        attach=service.handle,
     )
 
 

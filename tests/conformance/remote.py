@@ -73,7 +73,11 @@ class RemoteService:
 
     def compile(self, builder: Any, **kw: Any) -> RemoteHandle:
         """Compile `builder` here; the handle runs it on the cluster."""
-        return RemoteHandle(self, builder.compile(**kw))
+        return self.handle(builder.compile(**kw))
+
+    def handle(self, graph: Any) -> RemoteHandle:
+        """A compiled `graph` (e.g. an entrypoint's), run on the cluster through the handle."""
+        return RemoteHandle(self, graph)
 
 
 @contextmanager

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("demo",),
     ("client",),
     ("service",),
-    ("prebuilt",),
+    ("prebuilt", "func"),
     ("graph",),
     ("workers",),
     ("coordinator",),
