@@ -91,6 +91,8 @@ class TaskContext:
     runtime: Any = None
     # Starts the task's ``@task`` calls (``workers.calls.Calls``).
     calls: Any = None
+    # In a node's error handler: the ``errors.NodeError`` it handles.
+    node_error: Any = None
 
     def record_resume(self, answers: list[Any]) -> None:
         """Record the answers consumed so far as the task's ``__resume__`` write."""

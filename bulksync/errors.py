@@ -42,6 +42,7 @@ default, an instance may override it (``TaskError(msg, retryable=True)``), and
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +80,15 @@ class EmptyChannelError(BulkSyncError):
 
 class UnknownInterruptError(BulkSyncError, RuntimeError):
     """Raised when a resume names an interrupt id that is not pending."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeError:
+    """Not an exception: what a node's ``error_handler`` gets as its ``error`` parameter
+    (LangGraph's record): the node that failed, and its error."""
+
+    node: str
+    error: BaseException
 
 
 class NodeCancelledError(BulkSyncError):

@@ -59,6 +59,9 @@ class TaskResult:
     the next question is not answered with it again."""
     calls: tuple[CallRecord, ...] = ()
     """The ``@task`` calls the task made that ended, whatever became of the task itself."""
+    handled_by: str = ""
+    """The error handler whose output ``writes`` are, when the node failed for good (its
+    update streams under the handler's name, as in LangGraph)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

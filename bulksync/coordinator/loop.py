@@ -425,7 +425,8 @@ class SuperstepLoop:
             writes.append((NO_WRITES, None))
         plain = self.ledger.record(task.id, path, writes, task.name)
         self.task_writes[task.id] = [w for w in plain if w[0] not in (RESUME,)]
-        self.stream.update(task, self.task_writes[task.id], cached=False)
+        shown = dataclasses.replace(task, name=result.handled_by) if result.handled_by else task
+        self.stream.update(shown, self.task_writes[task.id], cached=False)
         self.stream.result(task, plain)
         return None
 

@@ -46,6 +46,18 @@ class NodeWriter(Protocol):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ErrorHandler:
+    """What runs when a node fails for good (its retries spent): ``run`` takes the failed
+    task's input (and, if it declares it, the ``error``: a ``NodeError``); its output is
+    written by ``writer`` in place of the node's, as an update or a ``Command``."""
+
+    name: str
+    run: Callable[[Any], Any]
+    writer: NodeWriter
+    retry_policy: tuple[RetryPolicy, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class NodeSpec:
     """One node of a compiled graph.
 
@@ -69,6 +81,7 @@ class NodeSpec:
     is_async: bool = False
     managed: tuple[str, ...] = ()
     """Managed keys (``bulksync.managed``) the node's input holds besides its channels."""
+    error_handler: ErrorHandler | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

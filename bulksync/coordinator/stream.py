@@ -121,8 +121,8 @@ def wrote_any(writes: Sequence[Write], keys: Keys) -> bool:
 
 
 def is_hidden(task: Task) -> bool:
-    """Tasks of hidden nodes (``__start__``) stream no updates."""
-    return task.name.startswith("__")
+    """Tasks of hidden nodes (``__start__``) stream no updates; error handlers do."""
+    return task.name.startswith("__") and "error_handler__" not in task.name
 
 
 def update_chunk(task: Task, writes: Sequence[Write], keys: Keys, *, cached: bool) -> Any:

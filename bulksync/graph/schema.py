@@ -24,6 +24,7 @@ from bulksync.channels.binop import BinaryOperatorAggregate
 from bulksync.channels.last_value import LastValue
 from bulksync.config import get_config, get_stream_writer
 from bulksync.constants import RESERVED
+from bulksync.context import maybe_current_task
 from bulksync.errors import InvalidGraphError
 from bulksync.managed import managed_kind
 from bulksync.runtime import Runtime, get_runtime
@@ -190,6 +191,7 @@ class InjectingCall:
     runtime: bool = False
     store: bool = False
     previous: bool = False
+    error: bool = False
 
     def __call__(self, value: Any) -> Any:
         """``func(value, config=…, writer=…, runtime=…, store=…, previous=…)``, from the
@@ -207,6 +209,9 @@ class InjectingCall:
                 kwargs["store"] = runtime.store
             if self.previous:
                 kwargs["previous"] = runtime.previous
+        if self.error:  # an error handler's ``error: NodeError``
+            ctx = maybe_current_task()
+            kwargs["error"] = ctx.node_error if ctx is not None else None
         return self.func(value, **kwargs)
 
 
@@ -217,6 +222,11 @@ def injecting_call(func: Callable[..., Any]) -> InjectingCall:
     except (TypeError, ValueError):  # builtins without a signature take just the input
         return InjectingCall(func)
     wanted = {name: name in params and params[name].kind in _KEYWORD_KINDS for name in _INJECTABLE}
+    error = params.get("error")
+    # As LangGraph: ``error`` is injected when annotated ``NodeError`` (None outside handlers).
+    wanted["error"] = (
+        error is not None and error.kind in _KEYWORD_KINDS and "NodeError" in str(error.annotation)
+    )
     return InjectingCall(func, **wanted)
 
 

@@ -70,6 +70,8 @@ class StateNodeSpec:
     queue: str | None = None
     timeout: float | None = None
     routes_anywhere: bool = False
+    error_handler: Any = None
+    """Runs instead when the node fails for good (``add_node(error_handler=...)``)."""
 
 
 class StateGraph(Generic[StateT]):
@@ -102,6 +104,8 @@ class StateGraph(Generic[StateT]):
         self.managed_of: dict[Any, dict[str, str]] = {}
         self.managed: dict[str, str] = {}
         self.compiled = False
+        self.node_defaults: dict[str, Any] = {}
+        """``set_node_defaults``: retry_policy, error_handler, timeout."""
         self.state_schema = state_schema
         self.context_schema = context_schema
         self.input_schema = input_schema or state_schema
@@ -165,8 +169,13 @@ class StateGraph(Generic[StateT]):
         timeout: float | None = None,
         retry: RetryPolicy | Sequence[RetryPolicy] | None = None,
         input: Any = None,
+        error_handler: Any = None,
     ) -> Self:
         """Add a node running ``action`` (a function, callable object or compiled graph).
+
+        ``error_handler`` (LangGraph's) runs when the node fails after its retries: it gets
+        the node's input (and ``error: NodeError`` if it declares it) and its update or
+        ``Command`` is applied instead of the node's.
 
         Called with the action alone, the name is its ``__name__``, class name or graph name.
         ``queue`` (bulksync only) routes the node's tasks to a worker pool; ``timeout``
@@ -214,7 +223,35 @@ class StateGraph(Generic[StateT]):
             queue=queue,
             timeout=timeout,
             routes_anywhere=subgraph is not None or (not ends and may_return_command(returned)),
+            error_handler=error_handler,
         )
+        return self
+
+    def set_node_defaults(
+        self,
+        *,
+        retry_policy: RetryPolicy | Sequence[RetryPolicy] | None = None,
+        error_handler: Any = None,
+        timeout: float | None = None,
+        cache_policy: Any = None,
+    ) -> Self:
+        """Policies for every node that sets none of its own, applied at ``compile``
+        (LangGraph's): ``retry_policy`` and ``timeout`` for every node, ``error_handler``
+        for the nodes without one (a handler's own failure fails the run). Chainable.
+        ``cache_policy`` is accepted and not applied: bulksync caches no node results yet
+        (the answers are the same; nodes run each time), and says so in the log.
+        """
+        if cache_policy is not None:
+            logger.warning(
+                "set_node_defaults(cache_policy=...): bulksync does not cache node results "
+                "yet; every node runs each time (same results)."
+            )
+        if retry_policy is not None:
+            self.node_defaults["retry_policy"] = _retry_policies(retry_policy)
+        if error_handler is not None:
+            self.node_defaults["error_handler"] = error_handler
+        if timeout is not None:
+            self.node_defaults["timeout"] = timeout
         return self
 
     def add_edge(self, start_key: str | Sequence[str], end_key: str) -> Self:

@@ -29,11 +29,12 @@ from bulksync.channels.last_value import LastValueAfterFinish
 from bulksync.channels.named_barrier_value import NamedBarrierValue, NamedBarrierValueAfterFinish
 from bulksync.channels.topic import Topic
 from bulksync.constants import END, START, TASKS
-from bulksync.coordinator.spec import NodeSpec, ReadState, Write
+from bulksync.coordinator.spec import ErrorHandler, NodeSpec, NodeWriter, ReadState, Write
 from bulksync.errors import InvalidUpdateError, ParentCommand, node_error_message
 from bulksync.graph.branch import Branch, check_destination, warn_once
-from bulksync.graph.schema import ROOT, is_pydantic_model, schema_mapper
-from bulksync.types import Command, Send
+from bulksync.graph.runnable import is_runnable, runnable_call
+from bulksync.graph.schema import ROOT, injecting_call, is_pydantic_model, schema_mapper
+from bulksync.types import Command, RetryPolicy, Send
 
 if TYPE_CHECKING:
     from bulksync.graph.state import StateGraph
@@ -312,8 +313,10 @@ def compile_nodes(
         )
     }
     all_keys = tuple(builder.channels)
+    defaults = builder.node_defaults
     for key, node in builder.nodes.items():
         read = tuple(builder.schemas[node.input_schema])
+        retry_policy = node.retry_policy or defaults.get("retry_policy", ())
         # A subgraph returns its whole state: keys the parent lacks are dropped, as in LangGraph.
         private = node.subgraph is not None
         keys = StateKeys(all_keys, strict=strict and not private, silent=private)
@@ -328,14 +331,41 @@ def compile_nodes(
             writer=writer,
             mapper=None if read == (ROOT,) else schema_mapper(node.input_schema),
             subgraph=node.subgraph,
-            retry_policy=node.retry_policy,
+            retry_policy=retry_policy,
             metadata=dict(node.metadata or {}),
             queue=node.queue,
-            timeout=node.timeout,
+            timeout=node.timeout if node.timeout is not None else defaults.get("timeout"),
             is_async=node.is_async,
             managed=tuple(builder.managed_of[node.input_schema]),
+            error_handler=_error_handler(
+                key,
+                node.error_handler,
+                defaults.get("error_handler"),
+                StateNodeWriter(key, keys, names, (), (), strict),
+                retry_policy,
+            ),
         )
     return channels, nodes
+
+
+def _error_handler(
+    node: str,
+    own: Any,
+    default: Any,
+    writer: NodeWriter,
+    retry_policy: tuple[RetryPolicy, ...],
+) -> ErrorHandler | None:
+    """The handler run when ``node`` fails for good: its output is written as an update or
+    ``Command`` of the node, without the node's own edges (LangGraph's handler is a node of
+    its own, with none); it retries as the node does. Its update streams under LangGraph's
+    name for it."""
+    handler = own if own is not None else default
+    if handler is None:
+        return None
+    name = f"__error_handler__{node}" if own is not None else "__default_error_handler__"
+    if is_runnable(handler):
+        handler = runnable_call(handler)
+    return ErrorHandler(name, injecting_call(handler), writer, retry_policy)
 
 
 def _passthrough(value: Any) -> Any:

@@ -9,6 +9,7 @@ returns a ``TaskResult``. It never raises: errors and interrupts are part of the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import time
@@ -22,7 +23,7 @@ from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.reader import StateReader, apply_parent_command
 from bulksync.coordinator.spec import GraphSpec, NodeSpec, Write
-from bulksync.errors import GraphInterrupt, NodeCancelledError, ParentCommand
+from bulksync.errors import GraphInterrupt, NodeCancelledError, NodeError, ParentCommand
 from bulksync.ids import interrupt_id
 from bulksync.managed import managed_values
 from bulksync.runtime import ExecutionInfo, Runtime
@@ -92,12 +93,15 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
     # The task's own level over the step's answer: it records whether this task took it.
     null_resume = NullResume(None, live.null_resume)
     messages = _message_stream(step, task, live)
+    node_error: NodeError | None = None
+    handled_by = ""
     first_attempt = time.time()
     attempt = 0
     while True:
         attempt += 1
         resumes: list[Write] = []
         ctx = _attempt_context(step, live, task, resumes, null_resume, (attempt, first_attempt))
+        ctx.node_error = node_error
         if messages is not None:  # chat models the node hands its config to report tokens
             ctx.config["callbacks"] = [*(ctx.config.get("callbacks") or ()), messages.handler]
         ctx.calls = calls = _calls(step, live, task, null_resume)
@@ -108,6 +112,7 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
                 tuple(_last_resume(resumes) + writes),
                 took_null_resume=null_resume.taken,
                 calls=calls.join(),
+                handled_by=handled_by,
             )
         except GraphInterrupt as exc:
             return TaskResult(
@@ -130,7 +135,21 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
             if policy is None or attempt >= policy.max_attempts:
                 # The error keeps its type; the note (LangGraph's words) names node and task.
                 exc.add_note(f"During task with name '{task.name}' and id '{task.id}'")
-                return _failed(task, exc, null_resume, calls)
+                handler = node.error_handler
+                if handler is None:
+                    return _failed(task, exc, null_resume, calls)
+                # Failed for good: the node's error handler runs in its place, with its
+                # own retries; its update or Command is written as the node's.
+                calls.join()
+                node_error, handled_by, attempt = NodeError(node.name, exc), handler.name, 0
+                node = dataclasses.replace(
+                    node,
+                    run=handler.run,
+                    writer=handler.writer,
+                    retry_policy=handler.retry_policy,
+                    error_handler=None,
+                )
+                continue
             calls.join()  # the failed attempt's calls end before the next attempt
             time.sleep(policy.delay(attempt))  # retry backoff
 

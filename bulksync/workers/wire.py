@@ -295,6 +295,7 @@ def encode_result(result: TaskResult, node: str) -> tuple[bytes, BaseException |
             result.took_null_resume,
             result.interrupted,
             calls,
+            result.handled_by,
         ]
         return _dumps_located(record, parts), result.error
     except SerializationError as exc:
@@ -321,6 +322,7 @@ def loads_result(data: bytes) -> TaskResult:
         interrupted=bool(interrupted),
         took_null_resume=bool(took_null_resume),
         calls=calls,
+        handled_by=flags[3] if len(flags) > 3 else "",
     )
 
 

@@ -551,3 +551,40 @@ def test_langgraphs_renamed_arguments_still_work_with_its_warnings() -> None:
     with pytest.warns(LangGraphDeprecatedSinceV05, match="Please use `retry_policy`"):
         builder.add_node("a", nothing, retry=policy)
     assert builder.nodes["a"].retry_policy == (policy,)
+
+
+def test_node_defaults_apply_where_a_node_sets_none() -> None:
+    from bulksync.types import RetryPolicy
+
+    class S(TypedDict):
+        x: int
+
+    own, default = RetryPolicy(max_attempts=5), RetryPolicy(max_attempts=2)
+
+    def handler(state: S) -> dict[str, int]:
+        return {"x": -1}
+
+    builder = (
+        StateGraph(S)
+        .add_node("a", lambda s: s, retry_policy=own)
+        .add_node("b", lambda s: s, error_handler=handler)
+        .set_node_defaults(retry_policy=default, error_handler=handler, timeout=3.0)
+        .add_edge(START, "a")
+        .add_edge("a", "b")
+    )
+    nodes = builder.compile().spec.nodes
+    assert nodes["a"].retry_policy == (own,) and nodes["b"].retry_policy == (default,)
+    assert nodes["a"].timeout == nodes["b"].timeout == 3.0
+    assert nodes["a"].error_handler is not None and nodes["b"].error_handler is not None
+    assert nodes["a"].error_handler.name == "__default_error_handler__"
+    assert nodes["b"].error_handler.name == "__error_handler__b"
+
+
+def test_a_node_default_cache_policy_is_logged_not_applied(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class S(TypedDict):
+        x: int
+
+    StateGraph(S).set_node_defaults(cache_policy=object())
+    assert "does not cache node results" in caplog.text

@@ -407,3 +407,10 @@ def test_a_pydantic_validation_error_crosses_as_itself() -> None:
     back = wire.loads_result(wire.dumps_result(TaskResult("t", error=error), "ask")).error
     assert isinstance(back, pydantic.ValidationError)
     assert back.errors(include_url=False) == error.errors(include_url=False)
+
+
+def test_the_error_handler_a_result_came_from_crosses_the_wire() -> None:
+    result = TaskResult("t1", (("x", 1),), handled_by="__error_handler__fetch")
+    assert wire.loads_result(wire.dumps_result(result, "fetch")).handled_by == (
+        "__error_handler__fetch"
+    )
