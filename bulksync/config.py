@@ -24,3 +24,13 @@ def get_stream_writer() -> Callable[[Any], None]:
         RuntimeError: outside a running node.
     """
     return current_task().stream_writer
+
+
+def get_store() -> Any:
+    """The store of the run the node belongs to (``compile(store=...)``), or None.
+
+    Raises:
+        RuntimeError: outside a running node.
+    """
+    runtime = current_task().runtime
+    return runtime.store if runtime is not None else None

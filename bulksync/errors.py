@@ -9,6 +9,7 @@
     ├── InvalidGraphError          (also ValueError)
     ├── SerializationError         (also TypeError)
     ├── UnknownInterruptError      (also RuntimeError)
+    ├── InvalidNamespaceError      (also ValueError)   a store namespace
     ├── NodeCancelledError                             a node raised asyncio.CancelledError
     ├── EmptyChannelError
     ├── ConfigError                (also ValueError)   a setting, argument or option
@@ -89,6 +90,10 @@ class NodeError:
 
     node: str
     error: BaseException
+
+
+class InvalidNamespaceError(BulkSyncError, ValueError):
+    """Raised when a store namespace is empty, badly labelled, or rooted at ``langgraph``."""
 
 
 class NodeCancelledError(BulkSyncError):

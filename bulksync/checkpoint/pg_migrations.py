@@ -17,6 +17,8 @@ single history recorded in ``bulksync_migrations (version, applied_at)``::
     bulksync_check_lease()      the check a fenced commit runs first (``FENCE_SQL``)
     bulksync_runs               detached runs: status, owner and heartbeat, payload and output
                                 (``bulksync.service.runs``)
+    bulksync_store              the store's items: namespace prefix, key, value (jsonb), times,
+                                expiry (``bulksync.store.postgres``)
 
 **Adding a migration** (for any module: the runs table too): append one SQL string at the end
 of ``MIGRATIONS``, written out here (importing it from the module that uses the table would
@@ -121,6 +123,20 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX bulksync_runs_pending ON bulksync_runs (seq) WHERE status = 'pending';
     CREATE INDEX bulksync_runs_running ON bulksync_runs (heartbeat_at) WHERE status = 'running';
     CREATE INDEX bulksync_runs_by_thread ON bulksync_runs (thread_id, seq)""",
+    # 8: the store (bulksync.store.postgres); prefix: the namespace's labels joined by "."
+    """CREATE TABLE bulksync_store (
+        prefix text COLLATE "C" NOT NULL,
+        key text COLLATE "C" NOT NULL,
+        value jsonb NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        expires_at timestamptz,
+        ttl_minutes double precision,
+        PRIMARY KEY (prefix, key)
+    );
+    CREATE INDEX bulksync_store_prefix ON bulksync_store (prefix text_pattern_ops);
+    CREATE INDEX bulksync_store_expires ON bulksync_store (expires_at)
+        WHERE expires_at IS NOT NULL""",
 )
 """Schema steps, applied in order; append new ones, never edit or reorder (see above)."""
 

@@ -122,6 +122,8 @@ class StepLive:
     replay: Any = None
     """The run's ``nested.ReplayState`` when it replays an old checkpoint (subgraphs run by
     the loop start from their state as of then)."""
+    store: Any = None
+    """The run's ``store.BaseStore`` (``compile(store=...)``), for ``Runtime.store``."""
 
 
 class StepHandle(Protocol):

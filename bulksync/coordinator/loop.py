@@ -92,8 +92,10 @@ class SuperstepLoop:
         null_resume: NullResume | None = None,
         namespace: tuple[str, ...] | None = None,
         replay: ReplayState | None = None,
+        store: Any = None,
     ) -> None:
         self.spec = spec
+        self.store = spec.store if spec.store is not None else store
         self.input = input
         self.saver = saver
         self.executor = executor
@@ -338,7 +340,9 @@ class SuperstepLoop:
         # The step's tasks share one copy of the run-wide answer (a worker gets its own); the
         # run's answer is consumed below when a task reports it took its copy.
         answer = self.null_resume.peek()
-        live = StepLive(self.sink, NullResume(answer), self.executor, self.saver, self.replay)
+        live = StepLive(
+            self.sink, NullResume(answer), self.executor, self.saver, self.replay, self.store
+        )
         handle = (
             self.executor.submit(self.spec, step_input, live, plain, results.put) if plain else None
         )
@@ -587,6 +591,7 @@ def run_child(
         null_resume=live.null_resume,
         namespace=tuple(ns.split(NS_SEP)),
         replay=live.replay,
+        store=live.store,
     )
     return loop.run()
 

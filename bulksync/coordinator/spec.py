@@ -106,6 +106,10 @@ class GraphSpec:
     state_keys: tuple[str, ...] = ()
     managed: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Managed state keys (``bulksync.managed``) and their kinds: read, never stored."""
+    store: Any = None
+    """The ``store.BaseStore`` given at compile time; a subgraph without one uses its
+    parent's. A worker has its own copy (the graph module builds it): give a cluster graph a
+    store every process reaches, such as ``PostgresStore``."""
 
 
 class CompiledGraph(Protocol):

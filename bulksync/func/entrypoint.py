@@ -116,6 +116,7 @@ class entrypoint:
             output_channels=END,
             stream_channels=END,
             trigger_to_nodes={START: (name,)},
+            store=self.store,
         )
         return EntrypointGraph(builder=builder, spec=spec, checkpointer=self.checkpointer)
 

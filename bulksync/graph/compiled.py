@@ -59,6 +59,11 @@ class CompiledStateGraph(AsyncGraphMethods):
         self.interrupt_after = spec.interrupt_after
 
     @property
+    def store(self) -> Any:
+        """The store given at compile time (``compile(store=...)``), or None."""
+        return self.spec.store
+
+    @property
     def saver(self) -> CheckpointSaver | None:
         """The saver of a root run (``True``/``False`` only mean something for subgraphs)."""
         cp = self.checkpointer

@@ -365,8 +365,12 @@ class StateGraph(Generic[StateT]):
         debug: bool = False,
         name: str | None = None,
         strict: bool | None = None,
+        store: Any = None,
     ) -> CompiledStateGraph:
         """Validate and compile into a runnable graph (see ``build_spec``).
+
+        ``store`` (a ``bulksync.store.BaseStore``) is what nodes get as ``runtime.store``,
+        a ``store`` parameter or ``get_store()``; subgraphs without one share it.
 
         ``strict`` (default: the ``BULKSYNC_STRICT`` setting, off) turns what LangGraph skips
         with a warning into errors: an update key outside the state schema, a goto, ``Send``
@@ -380,6 +384,7 @@ class StateGraph(Generic[StateT]):
         for cls in stored_types(reached):  # decodable by name, even if defined locally
             register_type(cls)
         spec = build_spec(self, interrupt_before, interrupt_after, name=graph_name, strict=strict)
+        spec = dataclasses.replace(spec, store=store)
         return CompiledStateGraph(
             builder=self, spec=spec, checkpointer=checkpointer, debug=debug, name=graph_name
         )

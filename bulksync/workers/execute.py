@@ -185,7 +185,7 @@ def _attempt_context(
         stream_writer=writer,
         send=resumes.extend,
         parent=(step, live, task) if step.nesting is not None else None,
-        runtime=_runtime(step, task, config, writer, *attempt),
+        runtime=_runtime(step, task, config, writer, *attempt, store=live.store),
     )
 
 
@@ -212,6 +212,8 @@ def _runtime(
     writer: Callable[[Any], None],
     attempt: int,
     first_attempt: float,
+    *,
+    store: Any,
 ) -> Runtime[Any]:
     """What ``runtime``/``get_runtime()`` give the node in this attempt."""
     configurable = config.get("configurable") or {}
@@ -228,6 +230,7 @@ def _runtime(
     previous = step.channel_values.get(PREVIOUS)  # an entrypoint's saved value, if any
     return Runtime(
         context=step.context,
+        store=store,
         stream_writer=writer,
         previous=None if previous is None else decoded(previous),
         execution_info=info,

@@ -12,6 +12,7 @@ task name Flower shows.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 from collections.abc import Iterator, Sequence
@@ -38,6 +39,9 @@ def spec_at(graph: CompiledGraph, path: Sequence[str]) -> GraphSpec:
 
     Raises:
         UnknownGraphError: a name on the path is not a subgraph node.
+
+    A subgraph compiled without a store gets the nearest enclosing graph's, as its loop
+    would on the coordinator.
     """
     spec: GraphSpec = graph.spec
     for name in path:
@@ -47,7 +51,10 @@ def spec_at(graph: CompiledGraph, path: Sequence[str]) -> GraphSpec:
                 f"'{name}' is not a subgraph node of graph '{spec.name}' (path {list(path)}); "
                 "the coordinator and worker loaded different versions of the graph module."
             )
+        store = spec.store
         spec = node.subgraph.spec
+        if spec.store is None and store is not None:
+            spec = dataclasses.replace(spec, store=store)
     return spec
 
 

@@ -49,7 +49,9 @@ class RemoteStep:
         It has no saver: checkpoints stay with the coordinator, so such a graph checkpoints
         only if it was compiled with a checkpointer of its own.
         """
-        return StepLive(sink, NullResume(self.input.null_resume), LocalExecutor())
+        return StepLive(
+            sink, NullResume(self.input.null_resume), LocalExecutor(), store=self.spec.store
+        )
 
     def run(
         self, desc: wire.TaskDescriptor, task_input: bytes | None, live: StepLive

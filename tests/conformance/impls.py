@@ -56,6 +56,8 @@ class Impl:
     runtime: ModuleType
     managed: ModuleType
     func: ModuleType
+    store: ModuleType
+    get_store: Callable[[], Any]
     compiler: Callable[..., Any] | None = None
     saver_factory: Callable[[], Any] | None = None
     attach: Callable[[Any], Any] | None = None
@@ -108,6 +110,8 @@ def _load(pkg: str, name: str) -> Impl:
         runtime=importlib.import_module(f"{pkg}.runtime"),
         managed=importlib.import_module(f"{pkg}.managed"),
         func=importlib.import_module(f"{pkg}.func"),
+        store=importlib.import_module(f"{pkg}.store.memory"),
+        get_store=config.get_store,
     )
 
 

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("graph",),
     ("workers",),
     ("coordinator",),
-    ("channels", "checkpoint"),
+    ("channels", "checkpoint", "store"),
     # settings raises errors.ConfigError, so it sits above errors (which imports nothing).
     ("settings",),
     ("runtime",),
