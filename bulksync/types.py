@@ -17,7 +17,15 @@ N = TypeVar("N", bound=Hashable)
 OutputT = TypeVar("OutputT")
 
 StreamMode = Literal[
-    "values", "updates", "custom", "debug", "tasks", "checkpoints", "messages", "progress"
+    "values",
+    "updates",
+    "custom",
+    "debug",
+    "tasks",
+    "checkpoints",
+    "messages",
+    "tools",
+    "progress",
 ]
 """How ``stream`` frames its output (DESIGN.md §2): the one list of modes.
 

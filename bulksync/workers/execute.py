@@ -29,6 +29,10 @@ from bulksync.managed import managed_values
 from bulksync.runtime import ExecutionInfo, Runtime
 from bulksync.workers.calls import CallLog, Calls
 from bulksync.workers.messages import MessageStream, listening, message_stream
+from bulksync.workers.tool_events import tool_events
+
+LANGGRAPH_RUNTIME_KEY = "__pregel_runtime"
+"""The ``configurable`` key under which LangGraph's runnables find the task's ``Runtime``."""
 
 
 def task_config(step: StepInput, task: Task) -> dict[str, Any]:
@@ -76,7 +80,7 @@ async def _await(awaitable: Any) -> Any:
 def _attempt(
     node: NodeSpec, task: Task, ctx: TaskContext, read: StateReader, messages: MessageStream | None
 ) -> list[Write]:
-    with task_context(ctx), listening(messages, ctx.config):
+    with task_context(ctx), listening(ctx.config):
         try:
             output = call_node(node, task.input)
             if messages is not None:
@@ -93,6 +97,7 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
     # The task's own level over the step's answer: it records whether this task took it.
     null_resume = NullResume(None, live.null_resume)
     messages = _message_stream(step, task, live)
+    handlers = _handlers(step, live, messages)
     node_error: NodeError | None = None
     handled_by = ""
     first_attempt = time.time()
@@ -102,8 +107,8 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
         resumes: list[Write] = []
         ctx = _attempt_context(step, live, task, resumes, null_resume, (attempt, first_attempt))
         ctx.node_error = node_error
-        if messages is not None:  # chat models the node hands its config to report tokens
-            ctx.config["callbacks"] = [*(ctx.config.get("callbacks") or ()), messages.handler]
+        if handlers:  # chat models and tools the node hands its config to report to them
+            ctx.config["callbacks"] = [*(ctx.config.get("callbacks") or ()), *handlers]
         ctx.calls = calls = _calls(step, live, task, null_resume)
         try:
             writes = _attempt(node, task, ctx, read, messages)
@@ -179,13 +184,17 @@ def _attempt_context(
     )
     config = task_config(step, task)
     writer = functools.partial(live.sink, step.namespace, "custom")
+    runtime = _runtime(step, task, config, writer, *attempt, store=live.store)
+    # Where LangGraph's own runnables used as nodes (langgraph.prebuilt's ToolNode, …) look
+    # for the runtime they inject into tools: a name of LangGraph's config, read, not shipped.
+    config["configurable"][LANGGRAPH_RUNTIME_KEY] = runtime
     return TaskContext(
         config=config,
         scratchpad=pad,
         stream_writer=writer,
         send=resumes.extend,
         parent=(step, live, task) if step.nesting is not None else None,
-        runtime=_runtime(step, task, config, writer, *attempt, store=live.store),
+        runtime=runtime,
     )
 
 
@@ -255,6 +264,13 @@ def _message_stream(step: StepInput, task: Task, live: StepLive) -> MessageStrea
     if stream is not None:
         stream.saw_input(task.input)
     return stream
+
+
+def _handlers(step: StepInput, live: StepLive, messages: MessageStream | None) -> list[Any]:
+    """The LangChain callback handlers of the stream modes the run asks for."""
+    modes = step.nesting.modes if step.nesting is not None else ()
+    tools = tool_events(modes, functools.partial(live.sink, step.namespace, "tools"))
+    return [h for h in (messages.handler if messages else None, tools) if h is not None]
 
 
 def _last_resume(resumes: list[Write]) -> list[Write]:

@@ -70,10 +70,11 @@ def message_stream(modes: Any, emit: Emit, metadata: dict[str, Any]) -> MessageS
 
 
 @contextlib.contextmanager
-def listening(stream: MessageStream | None, config: dict[str, Any]) -> Iterator[None]:
-    """While the node runs, hand chat models called without a config the task's handler
-    and metadata, as LangChain hands a parent runnable's config to its children."""
-    if stream is None:
+def listening(config: dict[str, Any]) -> Iterator[None]:
+    """While the node runs, hand chat models and tools called without a config the task's
+    callback handlers (``messages``, ``tools`` modes) and metadata, as LangChain hands a
+    parent runnable's config to its children."""
+    if not config.get("callbacks") or importlib.util.find_spec("langchain_core") is None:
         yield
         return
     from langchain_core.runnables.config import RunnableConfig, var_child_runnable_config

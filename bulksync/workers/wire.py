@@ -117,6 +117,10 @@ def dumps_state(step: StepInput) -> bytes:
         SerializationError: a channel or config value has no msgpack form (naming it).
     """
     config = {k: v for k, v in step.config.items() if k in CONFIG_KEYS}
+    if "configurable" in config:  # a node's config handed on: its live objects stay here
+        config["configurable"] = {
+            k: v for k, v in config["configurable"].items() if not k.startswith("__pregel_")
+        }
     # Each channel as bytes of its own: a value the loop already holds encoded (a worker's
     # write, a blob it stored) is not encoded again, and workers decode only what they read.
     values = {

@@ -11,7 +11,7 @@ from bulksync.coordinator.stream import ALL_MODES, check_modes, stream_modes
 from bulksync.errors import ConfigError
 from bulksync.types import StreamMode
 
-NOT_MODES = ("tools", "events", "Values", "value", "values ")
+NOT_MODES = ("events", "Values", "value", "values ", "tool")
 """Names near the real ones (and one DESIGN.md plans) that no parser may accept yet."""
 
 

@@ -27,7 +27,7 @@ def test_a_model_called_in_the_node_streams_its_tokens_once() -> None:
     stream = message_stream(("messages",), emit, NODE_META)
     assert stream is not None
     model = GenericFakeChatModel(messages=iter([AIMessage(content="a b", id="m1")]))
-    with listening(stream, {"callbacks": [stream.handler], "metadata": NODE_META}):
+    with listening({"callbacks": [stream.handler], "metadata": NODE_META}):
         answer = model.invoke([HumanMessage("hi")])  # no config passed: taken from context
     stream.node_output({"messages": [answer]})  # already streamed: not again
     assert [m.content for m, _ in seen] == ["a", " ", "b"]
@@ -53,6 +53,6 @@ def test_a_model_tagged_nostream_is_not_streamed() -> None:
     assert stream is not None
     model = GenericFakeChatModel(messages=iter([AIMessage(content="x y", id="m2")]))
     quiet = model.with_config(tags=["nostream"])
-    with listening(stream, {"callbacks": [stream.handler], "metadata": NODE_META}):
+    with listening({"callbacks": [stream.handler], "metadata": NODE_META}):
         quiet.invoke([HumanMessage("hi")])
     assert seen == []

@@ -414,3 +414,9 @@ def test_the_error_handler_a_result_came_from_crosses_the_wire() -> None:
     assert wire.loads_result(wire.dumps_result(result, "fetch")).handled_by == (
         "__error_handler__fetch"
     )
+
+
+def test_live_objects_in_a_handed_on_config_stay_in_the_process() -> None:
+    config = {"configurable": {"thread_id": "t", "__pregel_runtime": object()}}
+    step = StepInput({}, config, 3, {}, None, None, ())
+    assert wire.loads_state(wire.dumps_state(step)).config == {"configurable": {"thread_id": "t"}}
