@@ -28,6 +28,7 @@
     ├── UnservedGraphError         (also LookupError)
     └── GraphBubbleUp              control flow, never shown to users as a failure
         ├── GraphInterrupt
+        ├── GraphDrained                               a RunControl drain: resume later
         └── ParentCommand
 
 Errors LangGraph also raises carry its names and stdlib bases, so ``except`` clauses written
@@ -259,6 +260,14 @@ class GraphInterrupt(GraphBubbleUp):
         """The pending interrupts this pause carries (empty for breakpoints)."""
         value: tuple[Interrupt, ...] = self.args[0]
         return value
+
+
+class GraphDrained(GraphBubbleUp):
+    """Raised when a run stops at a step boundary because its ``RunControl`` asked it to."""
+
+    def __init__(self, reason: str = "shutdown") -> None:
+        super().__init__(f"Graph drained: {reason}")
+        self.reason = reason
 
 
 class ParentCommand(GraphBubbleUp):

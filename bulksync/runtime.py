@@ -27,6 +27,31 @@ def _no_heartbeat() -> None:
     """The heartbeat of a runtime made outside a run: does nothing."""
 
 
+class RunControl:
+    """Lets a run be stopped cleanly: ``request_drain()`` (from a node, a signal handler,
+    another thread) makes the run stop before its next step, its checkpoint saved, with
+    ``GraphDrained``; the thread resumes from there. One per run: it stays drained."""
+
+    __slots__ = ("_reason",)
+
+    def __init__(self) -> None:
+        self._reason: str | None = None
+
+    def request_drain(self, reason: str = "shutdown") -> None:
+        """Ask the run to stop at its next step boundary (one attribute write: thread-safe)."""
+        self._reason = reason
+
+    @property
+    def drain_requested(self) -> bool:
+        """Whether a drain was asked for."""
+        return self._reason is not None
+
+    @property
+    def drain_reason(self) -> str | None:
+        """Why, as given to ``request_drain``."""
+        return self._reason
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ExecutionInfo:
     """Where a task runs: its checkpoint, namespace, task, thread and run, and its attempt."""

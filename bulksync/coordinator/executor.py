@@ -124,6 +124,8 @@ class StepLive:
     the loop start from their state as of then)."""
     store: Any = None
     """The run's ``store.BaseStore`` (``compile(store=...)``), for ``Runtime.store``."""
+    control: Any = None
+    """The run's ``runtime.RunControl``, for ``Runtime.control`` (None on workers)."""
 
 
 class StepHandle(Protocol):

@@ -57,6 +57,7 @@ from bulksync.coordinator.status import pending_interrupt_ids, read_task_statuse
 from bulksync.coordinator.stream_buffer import StreamBuffer
 from bulksync.errors import (
     EmptyInputError,
+    GraphDrained,
     GraphInterrupt,
     GraphRecursionError,
     ParentCommand,
@@ -93,9 +94,11 @@ class SuperstepLoop:
         namespace: tuple[str, ...] | None = None,
         replay: ReplayState | None = None,
         store: Any = None,
+        control: Any = None,
     ) -> None:
         self.spec = spec
         self.store = spec.store if spec.store is not None else store
+        self.control = options.control if options.control is not None else control
         self.input = input
         self.saver = saver
         self.executor = executor
@@ -322,6 +325,12 @@ class SuperstepLoop:
         if before and should_interrupt(self._current(), before, self.tasks.values()):
             self.status = "interrupt_before"
             raise GraphInterrupt()
+        # A drain stops before the step's tasks run; after the breakpoint check, which a
+        # resume passes (a drain in front of a breakpoint would skip it).
+        if self.control is not None and self.control.drain_requested:
+            self.status = "draining"
+            self.stream.flush()
+            raise GraphDrained(self.control.drain_reason or "shutdown")
         for task in self.tasks.values():
             self.stream.task_start(task)
         for tid, writes in self.task_writes.items():
@@ -341,7 +350,13 @@ class SuperstepLoop:
         # run's answer is consumed below when a task reports it took its copy.
         answer = self.null_resume.peek()
         live = StepLive(
-            self.sink, NullResume(answer), self.executor, self.saver, self.replay, self.store
+            self.sink,
+            NullResume(answer),
+            self.executor,
+            self.saver,
+            self.replay,
+            self.store,
+            self.control,
         )
         handle = (
             self.executor.submit(self.spec, step_input, live, plain, results.put) if plain else None
@@ -411,8 +426,8 @@ class SuperstepLoop:
             self.ledger.record(call.task_id, call.path, call.writes, call.name)
         path = stream.task_path_key(task)
         if result.error is not None:
-            if isinstance(result.error, ParentCommand):
-                return result.error
+            if isinstance(result.error, ParentCommand | GraphDrained):
+                return result.error  # control flow: nothing of the task's to record
             self.ledger.record(task.id, path, [(ERROR, result.error)], task.name)
             self.stream.result(task, [(ERROR, result.error)])
             return result.error
@@ -459,6 +474,8 @@ class SuperstepLoop:
                 finish(TaskResult(task.id, tuple(node.writer(outcome.output, reader))))
             except GraphInterrupt as exc:
                 finish(TaskResult(task.id, (), interrupts=exc.interrupts, interrupted=True))
+            except GraphDrained as exc:  # the child stopped at its step boundary: not a failure
+                finish(TaskResult(task.id, (), error=exc))
             except ParentCommand as exc:
                 try:
                     writes = apply_parent_command(node, task, exc, reader)
@@ -592,6 +609,7 @@ def run_child(
         namespace=tuple(ns.split(NS_SEP)),
         replay=live.replay,
         store=live.store,
+        control=live.control,
     )
     return loop.run()
 

@@ -36,6 +36,8 @@ class RunOptions:
     output_keys: Sequence[str] | str = ()
     modes: frozenset[str] = frozenset()
     context: Any = None
+    control: Any = None
+    """The run's ``runtime.RunControl`` (in this process only): a drain stops the run."""
 
     @property
     def user_metadata(self) -> dict[str, Any]:

@@ -155,10 +155,19 @@ class CompiledStateGraph(AsyncGraphMethods):
         debug: bool | None = None,
         version: str = "v1",
         context: Any = None,
+        control: Any = None,
         **kwargs: Any,
     ) -> Iterator[Any]:
         """Run and yield chunks as LangGraph frames them (see DESIGN.md §2); ``version="v2"``
-        yields typed parts (``{"type", "ns", "data"}``) whatever the other arguments."""
+        yields typed parts (``{"type", "ns", "data"}``) whatever the other arguments.
+
+        ``control`` (a ``RunControl``) lets the caller, or a node through ``runtime.control``,
+        stop the run cleanly between two steps.
+
+        Raises:
+            GraphDrained: the run stopped because ``control`` asked it to (its checkpoint is
+                saved: invoke with ``None`` on the thread to go on).
+        """
         check_version(version)
         modes, bare = stream_modes(stream_mode, bool(debug or (debug is None and self.debug)))
         config = self._run_config(config)
@@ -172,6 +181,7 @@ class CompiledStateGraph(AsyncGraphMethods):
             output_keys=output_keys if output_keys is not None else self.spec.stream_channels,
             modes=frozenset(modes),
             context=_as_context(self.builder.context_schema, context),
+            control=control,
         )
         events: queue.Queue[Any] = queue.Queue()
         loop = SuperstepLoop(

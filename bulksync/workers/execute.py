@@ -184,7 +184,7 @@ def _attempt_context(
     )
     config = task_config(step, task)
     writer = functools.partial(live.sink, step.namespace, "custom")
-    runtime = _runtime(step, task, config, writer, *attempt, store=live.store)
+    runtime = _runtime(step, task, config, writer, *attempt, live=live)
     # Where LangGraph's own runnables used as nodes (langgraph.prebuilt's ToolNode, …) look
     # for the runtime they inject into tools: a name of LangGraph's config, read, not shipped.
     config["configurable"][LANGGRAPH_RUNTIME_KEY] = runtime
@@ -222,7 +222,7 @@ def _runtime(
     attempt: int,
     first_attempt: float,
     *,
-    store: Any,
+    live: StepLive,
 ) -> Runtime[Any]:
     """What ``runtime``/``get_runtime()`` give the node in this attempt."""
     configurable = config.get("configurable") or {}
@@ -239,7 +239,8 @@ def _runtime(
     previous = step.channel_values.get(PREVIOUS)  # an entrypoint's saved value, if any
     return Runtime(
         context=step.context,
-        store=store,
+        store=live.store,
+        control=live.control,
         stream_writer=writer,
         previous=None if previous is None else decoded(previous),
         execution_info=info,

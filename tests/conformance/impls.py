@@ -118,6 +118,11 @@ def _load(pkg: str, name: str) -> Impl:
 FIXTURES: dict[str, str] = {"celery": "cluster", "remote": "remote_service"}
 """The fixture a flavour needs, by flavour name (its value goes to `bind`)."""
 
+_CONTROL_IS_LOCAL = (
+    "a RunControl lives in the caller's process and RemoteGraph runs on the coordinator's; "
+    "a detached run is stopped through its run (Client.cancel)"
+)
+
 EXCLUDED: dict[str, dict[str, str]] = {
     "remote": {
         "command_errors": (
@@ -129,6 +134,8 @@ EXCLUDED: dict[str, dict[str, str]] = {
             "it streams a graph without a checkpointer, and a RemoteGraph run always "
             "checkpoints to Postgres, so its checkpoint chunks are there by design"
         ),
+        "drain_and_resume": _CONTROL_IS_LOCAL,
+        "drain_in_the_last_step_or_before_a_breakpoint": _CONTROL_IS_LOCAL,
         "empty_input": (
             "its `no_thread_id` case calls a checkpointed graph without a thread id, and "
             "a RemoteGraph call without one runs on a new thread (the client makes one up), "
