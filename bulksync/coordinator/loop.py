@@ -606,7 +606,8 @@ def run_child(
         checkpoint_ns=stored_ns,
         nesting=step.nesting,
         null_resume=live.null_resume,
-        namespace=tuple(ns.split(NS_SEP)),
+        # A persistent subgraph streams under its stored namespace, as LangGraph's does.
+        namespace=tuple((stored_ns if compiled.checkpointer is True else ns).split(NS_SEP)),
         replay=live.replay,
         store=live.store,
         control=live.control,

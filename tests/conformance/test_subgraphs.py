@@ -415,3 +415,26 @@ def replay_into_a_subgraph(impl: Impl) -> Any:
 
 def test_replay_into_a_subgraph(conform: Conform) -> None:
     conform(replay_into_a_subgraph)
+
+
+def persistent_subgraph_streams_under_its_name(impl: Impl) -> Any:
+    """A ``checkpointer=True`` subgraph keeps one history across calls and streams under its
+    node's name alone (no task id), each of the two times the parent loops through it."""
+
+    def step(state: Child) -> dict[str, Any]:
+        return {"log": ["child"]}
+
+    cb = impl.StateGraph(Child)
+    cb.add_node("step", step)
+    cb.add_edge(impl.START, "step")
+    b = impl.StateGraph(Child)
+    b.add_node("inner", impl.compile(cb, checkpointer=True))
+    b.add_edge(impl.START, "inner")
+    b.add_conditional_edges("inner", lambda s: "inner" if len(s["log"]) < 2 else impl.END)
+    graph = impl.compile(b, checkpointer=impl.saver())
+    thread = {"configurable": {"thread_id": "persistent"}}
+    return list(graph.stream({"log": []}, thread, subgraphs=True))
+
+
+def test_persistent_subgraph_streams_under_its_name(conform: Conform) -> None:
+    conform(persistent_subgraph_streams_under_its_name)
