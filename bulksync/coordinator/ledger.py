@@ -148,6 +148,9 @@ class Ledger:
         # The id of the checkpoint the saver holds as the head: the exit commit of a run that
         # made no checkpoint of its own (a resume paused in its first step) stores nothing.
         self._saved_id = saved.checkpoint.id if saved is not None else None
+        # The config of the saver's head: the parent of the next checkpoint stored. Under
+        # ``durability="exit"`` the steps between are never stored, so none is a parent.
+        self._saved_config: dict[str, Any] = dict(self.config)
         # Bytes already made for values the loop holds, so none is encoded twice: this step's
         # encoded writes by channel, and each channel's stored value at its version.
         self._write_bytes: dict[str, list[Encoded]] = {}
@@ -187,11 +190,11 @@ class Ledger:
         if self.saver is not None and (exiting or self.durable):
             changed = new_versions(self._saved_versions, self.checkpoint.channel_versions)
             self._saved_versions = dict(self.checkpoint.channel_versions)
-            self.parent_config = (
-                self.config if self.config["configurable"].get(CHECKPOINT_ID) else None
-            )
+            saved_parent = self._saved_config["configurable"].get(CHECKPOINT_ID)
+            self.parent_config = self._saved_config if saved_parent else None
             stored = self._stored_checkpoint(channels, changed)
-            self.config = self.saver.put(self.config, stored, self.metadata, changed)
+            self.config = self.saver.put(self._saved_config, stored, self.metadata, changed)
+            self._saved_config = dict(self.config)
             self._saved_id = self.checkpoint.id
         elif not exiting:
             self.parent_config = self.config

@@ -170,6 +170,20 @@ def test_durability_modes(conform: Conform) -> None:
     conform(durability_modes)
 
 
+def durability_exit_parents(impl: Impl) -> Any:
+    """Under ``durability="exit"`` a run stores one checkpoint, whose parent is the one the
+    thread held before the run (none on a new thread), not a step never stored."""
+    g = _abc(impl, Calls())
+    cfg = _cfg("exit-parents")
+    g.invoke({"log": ["one"]}, cfg, durability="exit")
+    g.invoke({"log": ["two"]}, cfg, durability="exit")
+    return [_entry(s) for s in g.get_state_history(cfg)]
+
+
+def test_durability_exit_parents(conform: Conform) -> None:
+    conform(durability_exit_parents)
+
+
 def durability_exit_with_interrupt(impl: Impl) -> Any:
     def ask(state: State) -> dict[str, Any]:
         return {"note": impl.interrupt("note?")}
