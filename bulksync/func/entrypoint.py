@@ -24,6 +24,7 @@ from bulksync.graph.compiled import CompiledStateGraph
 from bulksync.graph.drawing import DrawableGraph, DrawEdge
 from bulksync.graph.langchain_graph import langchain_available, to_langchain_graph
 from bulksync.graph.schema import injecting_call, is_async_callable
+from bulksync.graph.state import check_checkpointer
 from bulksync.types import RetryPolicy
 from bulksync.warnings import LangGraphDeprecatedSinceV05, LangGraphDeprecatedSinceV10
 
@@ -60,6 +61,7 @@ class entrypoint:
             retry_policy = retry_policy or kwargs.pop("retry")
         if kwargs:
             raise TypeError(f"entrypoint() got unexpected keyword arguments: {', '.join(kwargs)}")
+        check_checkpointer(checkpointer)
         self.checkpointer = checkpointer
         self.store = store
         self.cache = cache

@@ -378,6 +378,12 @@ class StateGraph(Generic[StateT]):
         """
         from bulksync.graph.compiled import CompiledStateGraph
 
+        check_checkpointer(checkpointer)
+        if "__default_error_handler__" in self.nodes and "error_handler" in self.node_defaults:
+            raise ValueError(
+                "Auto-generated default error handler node `__default_error_handler__` "
+                "already exists: rename that node, or give its nodes their own error_handler."
+            )
         graph_name = name or "LangGraph"
         strict = env_setting("strict") if strict is None else strict
         reached = [*self.schemas, self.context_schema]
@@ -387,6 +393,19 @@ class StateGraph(Generic[StateT]):
         spec = dataclasses.replace(spec, store=store)
         return CompiledStateGraph(
             builder=self, spec=spec, checkpointer=checkpointer, debug=debug, name=graph_name
+        )
+
+
+def check_checkpointer(checkpointer: Any) -> None:
+    """Raise ``TypeError`` (LangGraph's words) unless ``checkpointer`` is a saver, a bool
+    (a subgraph's choice) or None."""
+    if checkpointer is None or isinstance(checkpointer, bool):
+        return
+    if not all(callable(getattr(checkpointer, m, None)) for m in ("get_tuple", "list", "put")):
+        raise TypeError(
+            "Invalid checkpointer provided. Expected an instance of a checkpoint saver "
+            f"(InMemorySaver, SqliteSaver, PostgresSaver, …), True, False, or None. Received "
+            f"{type(checkpointer).__name__}."
         )
 
 

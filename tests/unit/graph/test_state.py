@@ -588,3 +588,26 @@ def test_a_node_default_cache_policy_is_logged_not_applied(
 
     StateGraph(S).set_node_defaults(cache_policy=object())
     assert "does not cache node results" in caplog.text
+
+
+def test_a_checkpointer_that_is_not_one_is_named() -> None:
+    class S(TypedDict):
+        x: int
+
+    class NotASaver:
+        pass
+
+    builder = StateGraph(S).add_node("a", lambda s: s).add_edge(START, "a")
+    with pytest.raises(TypeError, match=r"Invalid checkpointer provided.*NotASaver"):
+        builder.compile(checkpointer=NotASaver())
+
+
+def test_a_node_named_like_the_default_error_handler_is_refused() -> None:
+    class S(TypedDict):
+        x: int
+
+    builder = StateGraph(S).add_node("__default_error_handler__", lambda s: s)
+    builder.add_edge(START, "__default_error_handler__")
+    builder.set_node_defaults(error_handler=lambda s: s)
+    with pytest.raises(ValueError, match="already exists"):
+        builder.compile()
