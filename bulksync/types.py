@@ -106,7 +106,15 @@ def update_as_tuples(update: Any) -> list[tuple[str, Any]]:
         return [(f.name, getattr(update, f.name)) for f in dataclasses.fields(update)]
     fields = getattr(type(update), "model_fields", None)
     if fields is not None:
-        return [(k, getattr(update, k)) for k in fields]
+        # As LangGraph: a field left at a None default and never set is no update.
+        given = getattr(update, "model_fields_set", ())
+        return [
+            (k, value)
+            for k, field in fields.items()
+            if (value := getattr(update, k)) is not None
+            or getattr(field, "default", None) is not None
+            or k in given
+        ]
     return [("__root__", update)]
 
 

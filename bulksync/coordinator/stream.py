@@ -129,7 +129,8 @@ def update_chunk(task: Task, writes: Sequence[Write], keys: Keys, *, cached: boo
     """``{node: update}`` for one finished task (None when it wrote no output key)."""
     if isinstance(keys, str):
         values = [v for c, v in writes if c == keys]
-        update: Any = values[-1] if values else None
+        # one value as it is; several (a list of Commands) as the list, as LangGraph shows
+        update: Any = values[0] if len(values) == 1 else (values or None)
     else:
         pairs = [(c, v) for c, v in writes if c in keys]
         counts = {c for c, _ in pairs}

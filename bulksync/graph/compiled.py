@@ -350,8 +350,9 @@ class CompiledStateGraph(AsyncGraphMethods):
         name a nested one)."""
         for name, node in self.builder.nodes.items():
             sub = node.subgraph
-            if sub is None or (namespace is not None and not namespace.startswith(name)):
-                continue
+            inside = namespace is not None and namespace.startswith(f"{name}{NS_SEP}")
+            if sub is None or (namespace is not None and namespace != name and not inside):
+                continue  # namespaces match whole segments: "research" is not "research_x"
             if namespace == name:
                 yield name, sub
                 return

@@ -35,6 +35,7 @@ from bulksync.coordinator.stream import task_path_key
 from bulksync.errors import GraphInterrupt
 from bulksync.ids import task_id
 from bulksync.types import RetryPolicy
+from bulksync.workers.messages import listening
 
 ContextFor = Callable[[Task, list[Write]], TaskContext]
 """Builds the context a call runs in: its task, and the list its ``__resume__`` writes go to."""
@@ -157,7 +158,7 @@ class _CallRun:
             resumes: list[Write] = []
             ctx, nested = self._context(resumes)
             try:
-                with task_context(ctx):
+                with task_context(ctx), listening(ctx.config):
                     value = self.func(*self.args, **self.kwargs)
                     if inspect.isawaitable(value):
                         value = asyncio.run(_awaited(value))
@@ -180,7 +181,8 @@ class _CallRun:
             resumes: list[Write] = []
             ctx, nested = self._context(resumes)
             try:
-                with task_context(ctx):  # an asyncio task has its own copy of the context
+                # An asyncio task has its own copy of the context: these stay in it.
+                with task_context(ctx), listening(ctx.config):
                     value = await self.func(*self.args, **self.kwargs)
                 await asyncio.to_thread(nested.join)  # its calls on threads end before it does
             except BaseException as exc:

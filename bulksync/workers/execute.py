@@ -109,7 +109,7 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
         ctx.node_error = node_error
         if handlers:  # chat models and tools the node hands its config to report to them
             ctx.config["callbacks"] = [*(ctx.config.get("callbacks") or ()), *handlers]
-        ctx.calls = calls = _calls(step, live, task, null_resume)
+        ctx.calls = calls = _calls(step, live, task, null_resume, handlers)
         try:
             writes = _attempt(node, task, ctx, read, messages)
             return TaskResult(
@@ -198,14 +198,20 @@ def _attempt_context(
     )
 
 
-def _calls(step: StepInput, live: StepLive, task: Task, null_resume: NullResume) -> Calls:
+def _calls(
+    step: StepInput, live: StepLive, task: Task, null_resume: NullResume, handlers: list[Any]
+) -> Calls:
     """What starts ``task``'s ``@task`` calls: each in a context of its own, sharing the
-    task's level of the run-wide resume answer (a call that takes it, the task took)."""
+    task's level of the run-wide resume answer (a call that takes it, the task took) and
+    its stream handlers (a tool called in a call streams as one called in the node)."""
     modes = step.nesting.modes if step.nesting is not None else ("updates",)
 
     def context_for(call: Task, resumes: list[Write]) -> TaskContext:
         own = NullResume(None, null_resume)
-        return _attempt_context(step, live, call, resumes, own, (1, time.time()))
+        ctx = _attempt_context(step, live, call, resumes, own, (1, time.time()))
+        if handlers:
+            ctx.config["callbacks"] = [*(ctx.config.get("callbacks") or ()), *handlers]
+        return ctx
 
     def emit(update: dict[str, Any]) -> None:
         if "updates" in modes:

@@ -291,3 +291,47 @@ def command_on_a_fresh_thread(impl: Impl) -> Any:
 
 def test_command_on_a_fresh_thread(conform: Conform) -> None:
     conform(command_on_a_fresh_thread)
+
+
+def command_list_on_a_root_state(impl: Impl) -> Any:
+    """A node of a keyless state returning several Commands: each update applies; the
+    ``updates`` stream shows them as a list."""
+    b = impl.StateGraph(Annotated[str, operator.add])
+    b.add_node("a", lambda s: [impl.Command(update="a1"), impl.Command(update="a2")])
+    b.add_node("b", lambda s: "b")
+    b.add_edge(impl.START, "a")
+    b.add_edge("a", "b")
+    graph = impl.compile(b)
+    return {"out": graph.invoke(""), "updates": list(graph.stream("", stream_mode="updates"))}
+
+
+def test_command_list_on_a_root_state(conform: Conform) -> None:
+    conform(command_list_on_a_root_state)
+
+
+def pydantic_command_update_sets_only_given_fields(impl: Impl) -> Any:
+    """A Command whose update is a pydantic state instance writes the fields given, not the
+    ones left at a None default."""
+    from pydantic import BaseModel
+
+    class Model(BaseModel):
+        foo: str | None = None
+        bar: str | None = None
+
+    b = impl.StateGraph(Model)
+    b.add_node("a", lambda s: Model(foo="foo"))
+    b.add_node("b", lambda s: impl.Command(update=Model(bar="bar")))
+    b.add_node("c", lambda s: impl.Command(update=Model(foo=None)))
+    b.add_edge(impl.START, "a")
+    b.add_edge("a", "b")
+    graph = impl.compile(b)
+    c = impl.StateGraph(Model)
+    c.add_node("a", lambda s: Model(foo="foo"))
+    c.add_node("c", lambda s: impl.Command(update=Model(foo=None)))
+    c.add_edge(impl.START, "a")
+    c.add_edge("a", "c")
+    return {"given": graph.invoke(Model()), "set_to_none": impl.compile(c).invoke(Model())}
+
+
+def test_pydantic_command_update_sets_only_given_fields(conform: Conform) -> None:
+    conform(pydantic_command_update_sets_only_given_fields)

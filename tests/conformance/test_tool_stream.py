@@ -74,3 +74,28 @@ def tool_calls_stream(impl: Impl) -> Any:
 
 def test_tool_calls_stream(conform: Conform) -> None:
     conform(tool_calls_stream)
+
+
+def tool_called_in_a_task_call(impl: Impl) -> Any:
+    """A tool called inside a ``@task`` call (itself called by a call) streams its events
+    under the entrypoint's graph namespace."""
+
+    @impl.func.task
+    def inner() -> str:
+        return str(echo.invoke({"text": "deep"}))
+
+    @impl.func.task
+    def outer() -> str:
+        return str(inner().result())
+
+    @impl.entrypoint(checkpointer=impl.saver())
+    def workflow(value: dict[str, Any]) -> str:
+        return str(outer().result())
+
+    thread = {"configurable": {"thread_id": "tool-in-task"}}
+    chunks = workflow.stream({}, thread, stream_mode=["tools", "updates"], subgraphs=True)
+    return [_event(c) for c in collect(chunks)]
+
+
+def test_tool_called_in_a_task_call(conform: Conform) -> None:
+    conform(tool_called_in_a_task_call)

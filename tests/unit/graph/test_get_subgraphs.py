@@ -56,3 +56,24 @@ def test_the_async_twin_gives_the_same() -> None:
         return [name async for name, _ in graph.aget_subgraphs(recurse=True)]
 
     assert asyncio.run(names()) == [name for name, _ in graph.get_subgraphs(recurse=True)]
+
+
+def test_a_namespace_matches_whole_segments_only() -> None:
+    from bulksync.graph import START, StateGraph
+
+    class S(TypedDict):
+        x: int
+
+    def sub() -> Any:
+        return StateGraph(S).add_node("n", lambda s: s).add_edge(START, "n").compile()
+
+    parent = (
+        StateGraph(S)
+        .add_node("research", sub())
+        .add_node("research_review", sub())
+        .add_edge(START, "research")
+        .add_edge(START, "research_review")
+        .compile()
+    )
+    assert [n for n, _ in parent.get_subgraphs(namespace="research_review")] == ["research_review"]
+    assert [n for n, _ in parent.get_subgraphs(namespace="research")] == ["research"]
