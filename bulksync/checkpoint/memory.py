@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from bulksync.checkpoint.async_methods import AsyncSaverMethods
 from bulksync.checkpoint.base import (
     Checkpoint,
     CheckpointTuple,
@@ -63,7 +64,7 @@ class _Raw(NamedTuple):
     writes: list[tuple[str, str, bytes]]
 
 
-class InMemorySaver:
+class InMemorySaver(AsyncSaverMethods):
     """A ``CheckpointSaver`` that keeps everything in this process's memory."""
 
     def __init__(self, *, serde: Serde | None = None) -> None:

@@ -60,6 +60,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from bulksync.checkpoint import pg_migrations as pgm
+from bulksync.checkpoint.async_methods import AsyncSaverMethods
 from bulksync.checkpoint.base import (
     Checkpoint,
     CheckpointTuple,
@@ -131,7 +132,7 @@ class _SetupState:
     done: bool = False
 
 
-class PostgresSaver:
+class PostgresSaver(AsyncSaverMethods):
     """A ``CheckpointSaver`` storing threads in Postgres, with per-thread leases."""
 
     def __init__(

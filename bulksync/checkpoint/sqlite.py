@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from bulksync.checkpoint.async_methods import AsyncSaverMethods
 from bulksync.checkpoint.base import (
     Checkpoint,
     CheckpointTuple,
@@ -104,7 +105,7 @@ _WRITES_SQL = """
 _Row = tuple[str, str, str, str | None, bytes, str]
 
 
-class SqliteSaver:
+class SqliteSaver(AsyncSaverMethods):
     """A ``CheckpointSaver`` storing threads in one SQLite database."""
 
     def __init__(self, conn: sqlite3.Connection, *, serde: Serde | None = None) -> None:

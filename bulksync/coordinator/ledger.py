@@ -197,7 +197,13 @@ class Ledger:
             self._saved_config = dict(self.config)
             self._saved_id = self.checkpoint.id
         elif not exiting:
-            self.parent_config = self.config
+            # Not stored (yet): under durability="exit" its parent is the saver's head, the
+            # checkpoint it will hang from when the run stores it.
+            saved_parent = self._saved_config["configurable"].get(CHECKPOINT_ID)
+            if self.saver is None:
+                self.parent_config = self.config
+            else:
+                self.parent_config = self._saved_config if saved_parent else None
             self.config = {
                 "configurable": {**self.config["configurable"], CHECKPOINT_ID: self.checkpoint.id}
             }

@@ -299,20 +299,12 @@ class SuperstepLoop:
         """Plan the next step; False when the run is over (done, or out of steps)."""
         if self.step > self.stop:
             self.status = "out_of_steps"
+            self._stream_checkpoint(self._plan())  # the last one saved, as a step would
             return False
         self.tasks = self._plan()
         self.task_writes = {}
         ledger = self.ledger
-        if self.saver is not None:  # as LangGraph: no checkpoints to show without a saver
-            self.stream.checkpoint(
-                ledger.config,
-                ledger.parent_config,
-                self.channels,
-                ledger.metadata,
-                list(self.tasks.values()),
-                ledger.pending.rows,
-                step=self.step - 1,
-            )
+        self._stream_checkpoint(self.tasks)
         if not self.tasks:
             self.status = "done"
             return False
@@ -512,7 +504,23 @@ class SuperstepLoop:
         after = self.options.interrupt_after
         if after and should_interrupt(self.checkpoint, after, self.tasks.values()):
             self.status = "interrupt_after"
+            self._stream_checkpoint(self._plan())  # the one the run pauses on
             raise GraphInterrupt()
+
+    def _stream_checkpoint(self, tasks: Mapping[str, Task]) -> None:
+        """Stream the current checkpoint with the tasks planned from it."""
+        if self.saver is None:  # as LangGraph: no checkpoints to show without a saver
+            return
+        ledger = self.ledger
+        self.stream.checkpoint(
+            ledger.config,
+            ledger.parent_config,
+            self.channels,
+            ledger.metadata,
+            list(tasks.values()),
+            ledger.pending.rows,
+            step=self.step - 1,
+        )
 
     # -- the whole run ----------------------------------------------------------------
 

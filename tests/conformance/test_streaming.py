@@ -272,3 +272,42 @@ def stream_messages(impl: Impl) -> Any:
 
 def test_stream_messages(conform: Conform) -> None:
     conform(stream_messages)
+
+
+def checkpoints_stream_at_a_pause_and_at_the_step_limit(impl: Impl) -> Any:
+    """The ``checkpoints`` stream shows the checkpoint a run pauses on after a node
+    (``interrupt_after``), and the last one saved when the run runs out of steps."""
+
+    class Counter(TypedDict):
+        x: int
+
+    def view(chunk: dict[str, Any]) -> Any:
+        return (chunk["metadata"]["step"], chunk["next"], chunk["values"])
+
+    b = impl.StateGraph(Counter)
+    b.add_node("one", lambda s: {"x": 1})
+    b.add_node("two", lambda s: {"x": 2})
+    b.add_edge(impl.START, "one")
+    b.add_edge("one", "two")
+    paused = impl.compile(b, checkpointer=impl.saver(), interrupt_after=["one"])
+    thread = {"configurable": {"thread_id": "pause"}}
+    at_pause = [view(c) for c in paused.stream({"x": 0}, thread, stream_mode="checkpoints")]
+    head = paused.get_state(thread).config["configurable"]["checkpoint_id"]
+    last = list(paused.stream(None, thread, stream_mode="checkpoints"))
+
+    loop = impl.StateGraph(Counter)
+    loop.add_node("loop", lambda s: {"x": s["x"] + 1})
+    loop.add_edge(impl.START, "loop")
+    loop.add_edge("loop", "loop")
+    looping = impl.compile(loop, checkpointer=impl.saver())
+    limited = {"configurable": {"thread_id": "limit"}, "recursion_limit": 3}
+    at_limit = collect(looping.stream({"x": 0}, limited, stream_mode="checkpoints"))
+    return {
+        "at_pause": at_pause,
+        "pause_is_head": bool(last) and last[0]["config"]["configurable"]["checkpoint_id"] == head,
+        "at_limit": [view(c) if isinstance(c, dict) else c for c in at_limit],
+    }
+
+
+def test_checkpoints_stream_at_a_pause_and_at_the_step_limit(conform: Conform) -> None:
+    conform(checkpoints_stream_at_a_pause_and_at_the_step_limit)
