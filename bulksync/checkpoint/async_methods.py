@@ -9,55 +9,26 @@ one implementation per method means no behaviour is kept twice.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from bulksync.checkpoint.base import Checkpoint, CheckpointTuple
+    from bulksync.checkpoint.base import Checkpoint, CheckpointSaver, CheckpointTuple
 
 _DONE = object()
 
 
 class AsyncSaverMethods:
-    """Mixin: a saver's async methods over its sync ones."""
+    """Mixin: a saver's async methods over its sync ones (``self`` is a ``CheckpointSaver``)."""
 
-    if TYPE_CHECKING:  # what the mixin needs of the saver it is mixed into
-
-        def get_tuple(self, config: Mapping[str, Any]) -> CheckpointTuple | None: ...
-
-        def list(
-            self,
-            config: Mapping[str, Any] | None,
-            *,
-            filter: Mapping[str, Any] | None = ...,
-            before: Mapping[str, Any] | None = ...,
-            limit: int | None = ...,
-        ) -> Iterator[CheckpointTuple]: ...
-
-        def put(
-            self,
-            config: Mapping[str, Any],
-            checkpoint: Checkpoint,
-            metadata: Mapping[str, Any],
-            new_versions: Mapping[str, int],
-        ) -> dict[str, Any]: ...
-
-        def put_writes(
-            self,
-            config: Mapping[str, Any],
-            writes: Sequence[tuple[str, Any]],
-            task_id: str,
-            task_path: str = ...,
-        ) -> None: ...
-
-        def delete_thread(self, thread_id: str) -> None: ...
-
-    async def aget_tuple(self, config: Mapping[str, Any]) -> CheckpointTuple | None:
+    async def aget_tuple(
+        self: CheckpointSaver, config: Mapping[str, Any]
+    ) -> CheckpointTuple | None:
         """``get_tuple`` for async callers."""
         return await asyncio.to_thread(self.get_tuple, config)
 
     async def alist(
-        self,
+        self: CheckpointSaver,
         config: Mapping[str, Any] | None,
         *,
         filter: Mapping[str, Any] | None = None,
@@ -70,7 +41,7 @@ class AsyncSaverMethods:
             yield item  # type: ignore[misc]
 
     async def aput(
-        self,
+        self: CheckpointSaver,
         config: Mapping[str, Any],
         checkpoint: Checkpoint,
         metadata: Mapping[str, Any],
@@ -80,7 +51,7 @@ class AsyncSaverMethods:
         return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
 
     async def aput_writes(
-        self,
+        self: CheckpointSaver,
         config: Mapping[str, Any],
         writes: Sequence[tuple[str, Any]],
         task_id: str,
@@ -89,6 +60,6 @@ class AsyncSaverMethods:
         """``put_writes`` for async callers."""
         await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
 
-    async def adelete_thread(self, thread_id: str) -> None:
+    async def adelete_thread(self: CheckpointSaver, thread_id: str) -> None:
         """``delete_thread`` for async callers."""
         await asyncio.to_thread(self.delete_thread, thread_id)

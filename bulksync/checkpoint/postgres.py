@@ -168,23 +168,7 @@ class PostgresSaver(AsyncSaverMethods):
             ServiceUnavailableError: when ``url`` is malformed or Postgres does not accept a
                 connection within ``connect_timeout`` seconds.
         """
-        try:  # One plain connection first: it fails at once and says why (pools retry).
-            timeout = max(2, math.ceil(connect_timeout))
-            psycopg.connect(url, connect_timeout=timeout).close()
-        except psycopg.Error as exc:
-            raise _unavailable(url, str(exc)) from exc
-        pool: ConnectionPool[Any] = ConnectionPool(
-            url,
-            min_size=1,
-            max_size=max_size,
-            kwargs={"autocommit": True},
-            open=False,
-            name="bulksync-postgres",
-        )
-        try:
-            pool.open(wait=True, timeout=connect_timeout)
-        except PoolTimeout as exc:
-            raise _unavailable(url, f"no connection within {connect_timeout} s") from exc
+        pool = open_pool(url, max_size=max_size, connect_timeout=connect_timeout)
         try:
             yield cls(pool, serde=serde, retry_window=retry_window)
         finally:
@@ -460,6 +444,30 @@ def _seconds(ttl: float) -> float:
 def _columns(keys: Sequence[tuple[Any, ...]], width: int) -> builtins.list[builtins.list[Any]]:
     """Rows of keys as ``width`` column arrays, for ``unnest``."""
     return [list(column) for column in zip(*keys, strict=True)] if keys else [[]] * width
+
+
+def open_pool(
+    url: str, *, max_size: int, connect_timeout: float, name: str = "bulksync-postgres"
+) -> ConnectionPool[Any]:
+    """An open pool of up to ``max_size`` autocommit connections to ``url``.
+
+    Raises:
+        ServiceUnavailableError: ``url`` is malformed, or Postgres does not accept a
+            connection within ``connect_timeout`` seconds (naming the URL, password hidden).
+    """
+    try:  # One plain connection first: it fails at once and says why (pools retry).
+        psycopg.connect(url, connect_timeout=max(2, math.ceil(connect_timeout))).close()
+    except psycopg.Error as exc:
+        raise _unavailable(url, str(exc)) from exc
+    pool: ConnectionPool[Any] = ConnectionPool(
+        url, min_size=1, max_size=max_size, kwargs={"autocommit": True}, open=False, name=name
+    )
+    try:
+        pool.open(wait=True, timeout=connect_timeout)
+    except PoolTimeout as exc:
+        pool.close()
+        raise _unavailable(url, f"no connection within {connect_timeout} s") from exc
+    return pool
 
 
 def _unavailable(url: str, reason: str) -> ServiceUnavailableError:

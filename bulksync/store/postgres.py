@@ -18,11 +18,10 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import tuple_row
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from bulksync.checkpoint import pg_migrations as pgm
-from bulksync.checkpoint.postgres import RETRY_WINDOW, is_transient_postgres
-from bulksync.errors import ServiceUnavailableError
+from bulksync.checkpoint.postgres import RETRY_WINDOW, is_transient_postgres, open_pool
 from bulksync.retry import retry
 from bulksync.store.base import (
     BaseStore,
@@ -79,24 +78,12 @@ class PostgresStore(BaseStore):
         ``ttl``: ``{"default_ttl": minutes, "refresh_on_read": bool}``.
 
         Raises:
-            ServiceUnavailableError: Postgres does not accept a connection in time.
+            ServiceUnavailableError: Postgres does not accept a connection in time (naming
+                the URL, password hidden).
         """
-        pool: ConnectionPool[Any] = ConnectionPool(
-            url,
-            min_size=1,
-            max_size=max_size,
-            kwargs={"autocommit": True},
-            open=False,
-            name="bulksync-store",
+        pool = open_pool(
+            url, max_size=max_size, connect_timeout=connect_timeout, name="bulksync-store"
         )
-        try:
-            pool.open(wait=True, timeout=connect_timeout)
-        except PoolTimeout as exc:
-            pool.close()
-            raise ServiceUnavailableError(
-                f"Postgres store: no connection within {connect_timeout} s; check the "
-                "database URL and that Postgres is running."
-            ) from exc
         try:
             yield cls(pool, ttl=ttl)
         finally:

@@ -100,5 +100,5 @@ def test_bad_input_is_named_and_writes_nothing(store: PostgresStore) -> None:
 def test_an_unreachable_database_fails_at_once_naming_it() -> None:
     url = "postgresql://nobody@127.0.0.1:1/none"
     opening = PostgresStore.from_conn_string(url, connect_timeout=1)
-    with pytest.raises(ServiceUnavailableError, match="Postgres store"), opening:
+    with pytest.raises(ServiceUnavailableError, match="Cannot connect to Postgres at"), opening:
         pass
