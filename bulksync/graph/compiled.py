@@ -20,11 +20,13 @@ from bulksync.context import maybe_current_task
 from bulksync.coordinator import state as thread_state
 from bulksync.coordinator.executor import Executor
 from bulksync.coordinator.loop import Outcome, SuperstepLoop, invoke_nested
+from bulksync.coordinator.nested import recast_namespace
 from bulksync.coordinator.options import RunOptions, validate_recursion_limit
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.coordinator.stream import check_version, frame, stream_modes, stream_part
 from bulksync.errors import GraphInterrupt
 from bulksync.graph.async_methods import AsyncGraphMethods, in_threads
+from bulksync.graph.invoked import invoked_graph
 from bulksync.graph.langchain_graph import langchain_available, to_langchain_graph
 from bulksync.graph.layout import builder_drawable
 from bulksync.graph.schema import schema_mapper
@@ -272,13 +274,26 @@ class CompiledStateGraph(AsyncGraphMethods):
         states: dict[str, Any] = {}
         for task in tasks.values():
             subgraph = self.spec.nodes[task.name].subgraph
+            ns = task.checkpoint_ns
+            if subgraph is None:  # maybe a graph the node's function invokes
+                subgraph = self._invoked(task.name)
+                if isinstance(subgraph, CompiledStateGraph) and subgraph.checkpointer is True:
+                    ns = recast_namespace(ns)
+                lookup = {"configurable": {"thread_id": thread, CHECKPOINT_NS: ns}}
+                if subgraph is None or saver.get_tuple(lookup) is None:
+                    continue
             if not isinstance(subgraph, CompiledStateGraph):
                 continue
-            sub_config = {"configurable": {"thread_id": thread, CHECKPOINT_NS: task.checkpoint_ns}}
+            sub_config = {"configurable": {"thread_id": thread, CHECKPOINT_NS: ns}}
             states[task.id] = (
                 subgraph.get_state_at(saver, sub_config, subgraphs=True) if recurse else sub_config
             )
         return states
+
+    def _invoked(self, node: str) -> Any:
+        """The compiled graph node ``node``'s function invokes, if it reaches exactly one."""
+        spec = self.builder.nodes.get(node)
+        return invoked_graph(spec.action) if spec is not None else None
 
     def _subgraph_for(self, ns: str) -> CompiledStateGraph | None:
         if not ns:

@@ -438,3 +438,41 @@ def persistent_subgraph_streams_under_its_name(impl: Impl) -> Any:
 
 def test_persistent_subgraph_streams_under_its_name(conform: Conform) -> None:
     conform(persistent_subgraph_streams_under_its_name)
+
+
+def _paused_in_an_invoked_graph(impl: Impl, persistent: bool | None) -> Any:
+    def ask(state: Child) -> dict[str, Any]:
+        return {"private": impl.interrupt("why?")}
+
+    cb = impl.StateGraph(Child)
+    cb.add_node("ask", ask)
+    cb.add_edge(impl.START, "ask")
+    sub = impl.compile(cb, checkpointer=persistent)
+
+    def calls_it(state: Parent) -> dict[str, Any]:
+        result = sub.invoke({"log": [], "topic": state["topic"], "private": ""})
+        return {"answer": result["private"]}
+
+    b = impl.StateGraph(Parent)
+    b.add_node("calls_it", calls_it)
+    b.add_edge(impl.START, "calls_it")
+    graph = impl.compile(b, checkpointer=impl.saver())
+    thread = _cfg(f"invoked-{persistent}")
+    graph.invoke({"log": [], "topic": "t", "answer": ""}, thread)
+    state = graph.get_state(thread, subgraphs=True)
+    child = state.tasks[0].state
+    return {
+        "next": state.next,
+        "child": None if child is None else (child.values, child.next),
+        "resumed": graph.invoke(impl.Command(resume="because"), thread),
+    }
+
+
+def state_of_a_graph_invoked_in_a_node(impl: Impl) -> Any:
+    """``get_state(subgraphs=True)`` shows the paused state of a graph a node invokes in its
+    function (persistent or not), found by reading the function."""
+    return {str(p): _paused_in_an_invoked_graph(impl, p) for p in (True, None)}
+
+
+def test_state_of_a_graph_invoked_in_a_node(conform: Conform) -> None:
+    conform(state_of_a_graph_invoked_in_a_node)
