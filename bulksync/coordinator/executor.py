@@ -126,6 +126,9 @@ class StepLive:
     """The run's ``store.BaseStore`` (``compile(store=...)``), for ``Runtime.store``."""
     control: Any = None
     """The run's ``runtime.RunControl``, for ``Runtime.control`` (None on workers)."""
+    abandoned: Any = None
+    """A ``threading.Event`` set when the caller stopped reading the run's stream: the run's
+    loops, child loops included, stop before their next step."""
 
 
 class StepHandle(Protocol):

@@ -42,6 +42,7 @@ from bulksync.coordinator.commands import command_writes, is_resume_map
 from bulksync.coordinator.executor import (
     Executor,
     Nesting,
+    StepHandle,
     StepInput,
     StepLive,
     StreamSink,
@@ -95,10 +96,15 @@ class SuperstepLoop:
         replay: ReplayState | None = None,
         store: Any = None,
         control: Any = None,
+        abandoned: threading.Event | None = None,
     ) -> None:
         self.spec = spec
         self.store = spec.store if spec.store is not None else store
         self.control = options.control if options.control is not None else control
+        # Set when nobody reads the run any more (a stream broken off): stop, cancel what
+        # has not started. A child loop shares its root's.
+        self.abandoned = abandoned if abandoned is not None else threading.Event()
+        self._handle: StepHandle | None = None
         self.input = input
         self.saver = saver
         self.executor = executor
@@ -297,6 +303,11 @@ class SuperstepLoop:
 
     def tick(self) -> bool:
         """Plan the next step; False when the run is over (done, or out of steps)."""
+        if self.abandoned.is_set():
+            raise TaskCancelledError(
+                "run abandoned: its caller stopped reading the stream; it stops before "
+                f"step {self.step}, its checkpoint saved"
+            )
         if self.step > self.stop:
             self.status = "out_of_steps"
             self._stream_checkpoint(self._plan())  # the last one saved, as a step would
@@ -349,10 +360,13 @@ class SuperstepLoop:
             self.replay,
             self.store,
             self.control,
+            self.abandoned,
         )
-        handle = (
+        handle = self._handle = (
             self.executor.submit(self.spec, step_input, live, plain, results.put) if plain else None
         )
+        if handle is not None and self.abandoned.is_set():
+            handle.cancel()  # abandoned while it was being submitted
         for task in todo:
             if self.spec.nodes[task.name].subgraph is not None:
                 self._start_subgraph_task(task, step_input, live, results.put)
@@ -507,6 +521,14 @@ class SuperstepLoop:
             self._stream_checkpoint(self._plan())  # the one the run pauses on
             raise GraphInterrupt()
 
+    def abandon(self) -> None:
+        """The caller stopped reading: stop before the next step, cancel the step's tasks
+        that have not started (on a cluster: revoke them); running ones finish."""
+        self.abandoned.set()
+        handle = self._handle
+        if handle is not None:
+            handle.cancel()
+
     def _stream_checkpoint(self, tasks: Mapping[str, Task]) -> None:
         """Stream the current checkpoint with the tasks planned from it."""
         if self.saver is None:  # as LangGraph: no checkpoints to show without a saver
@@ -619,6 +641,7 @@ def run_child(
         replay=live.replay,
         store=live.store,
         control=live.control,
+        abandoned=live.abandoned,
     )
     return loop.run()
 

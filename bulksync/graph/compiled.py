@@ -204,19 +204,26 @@ class CompiledStateGraph(AsyncGraphMethods):
 
         threading.Thread(target=body, name=f"bulksync-run-{self.name}", daemon=True).start()
         typed = self._part_maker() if version == "v2" else None
-        while True:
-            item = events.get()
-            if item is _DONE:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            ns, mode, chunk = item
-            if (ns and not subgraphs) or mode not in modes:
-                continue
-            if typed is not None:
-                yield typed(ns, mode, chunk)
-            else:
-                yield frame(ns, mode, chunk, subgraphs=subgraphs, bare=bare)
+        ended = False
+        try:
+            while True:
+                item = events.get()
+                if item is _DONE:
+                    ended = True
+                    return
+                if isinstance(item, BaseException):
+                    ended = True
+                    raise item
+                ns, mode, chunk = item
+                if (ns and not subgraphs) or mode not in modes:
+                    continue
+                if typed is not None:
+                    yield typed(ns, mode, chunk)
+                else:
+                    yield frame(ns, mode, chunk, subgraphs=subgraphs, bare=bare)
+        finally:
+            if not ended:  # the caller broke off (or was cancelled): the run stops too
+                loop.abandon()
 
     def _part_maker(self) -> Callable[[tuple[str, ...], str, Any], dict[str, Any]]:
         """v2 parts of this graph: values as its output schema, checkpoints as its state's."""
