@@ -131,8 +131,9 @@ class SuperstepLoop:
             )
         conf = options.config.get("configurable") or {}
         # An addressed checkpoint (replay or fork) the thread has moved past: its finished
-        # tasks run again.
-        self.addressed = bool(conf.get(CHECKPOINT_ID)) and nesting is None
+        # tasks run again. A subgraph pinned by time travel into it is addressed too.
+        self.pinned = self.replayed and replay is not None and bool(replay.pinned(checkpoint_ns))
+        self.addressed = (bool(conf.get(CHECKPOINT_ID)) and nesting is None) or self.pinned
         self.ledger = Ledger(
             saver,
             options,
@@ -172,14 +173,17 @@ class SuperstepLoop:
         is_command = isinstance(self.input, Command)
         has_state = bool(self.versions.channel_versions)
         if self.nesting is not None:
-            # A replayed subgraph runs its input again on its old state, not resumes.
-            self.is_resuming = has_state and self.nesting.resuming and not self.replayed
+            # A replayed subgraph runs its input again on its old state, not resumes; one
+            # pinned by time travel into it goes on from its pinned checkpoint.
+            resumes = self.nesting.resuming and not self.replayed
+            self.is_resuming = has_state and (resumes or self.pinned)
         else:
             self.is_resuming = has_state and (self.input is None or is_command)
         resuming_cmd = is_command and self.input.resume is not None
         time_travel = self.addressed and not resuming_cmd
-        if time_travel:  # this run's subgraphs replay too
-            self.replay = ReplayState(self._replayed_id())
+        if time_travel:  # this run's subgraphs replay too (keeping pins further down)
+            pins = self.replay.pins if self.replay is not None else {}
+            self.replay = ReplayState(self._replayed_id(), pins)
         self.is_replaying = time_travel or self.superseded
         pending = self.ledger.pending
         if time_travel:

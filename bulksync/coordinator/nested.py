@@ -36,12 +36,21 @@ class ReplayState:
     interrupt it had answered since is asked again, state it gathered since is not there.
     Later runs of the same subgraph (a loop) load their latest as usual. Subgraph tasks run
     on threads of their own, hence the lock.
+
+    ``pins`` name the checkpoint a subgraph starts from instead, by namespace without task
+    ids: a run addressed to a subgraph's checkpoint (time travel into it) replays its parents
+    as of then and that subgraph from that very checkpoint.
     """
 
-    def __init__(self, checkpoint_id: str) -> None:
+    def __init__(self, checkpoint_id: str, pins: Mapping[str, str] | None = None) -> None:
         self.checkpoint_id = checkpoint_id
+        self.pins = dict(pins or {})
         self._visited: set[str] = set()
         self._lock = threading.Lock()
+
+    def pinned(self, checkpoint_ns: str) -> str | None:
+        """The checkpoint id the subgraph at ``checkpoint_ns`` is pinned to, if any."""
+        return self.pins.get(recast_namespace(checkpoint_ns))
 
     def first_visit(self, checkpoint_ns: str) -> bool:
         """Whether this is the subgraph's first run in the replay (task ids ignored)."""
@@ -52,7 +61,12 @@ class ReplayState:
         return first
 
     def load(self, saver: CheckpointSaver, config: Mapping[str, Any]) -> CheckpointTuple | None:
-        """The subgraph's last checkpoint before the replayed one (None: there is none)."""
+        """The subgraph's pinned checkpoint, else its last one before the replayed one (None:
+        there is none)."""
+        conf = config.get("configurable") or {}
+        pin = self.pinned(conf.get(CHECKPOINT_NS, ""))
+        if pin is not None:
+            return saver.get_tuple({"configurable": {**conf, CHECKPOINT_ID: pin}})
         before = {"configurable": {CHECKPOINT_ID: self.checkpoint_id}}
         return next(iter(saver.list(config, before=before, limit=1)), None)
 

@@ -20,7 +20,7 @@ from bulksync.context import maybe_current_task
 from bulksync.coordinator import state as thread_state
 from bulksync.coordinator.executor import Executor
 from bulksync.coordinator.loop import Outcome, SuperstepLoop, invoke_nested
-from bulksync.coordinator.nested import recast_namespace
+from bulksync.coordinator.nested import ReplayState, recast_namespace
 from bulksync.coordinator.options import RunOptions, validate_recursion_limit
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.coordinator.stream import check_version, frame, stream_modes, stream_part
@@ -172,7 +172,7 @@ class CompiledStateGraph(AsyncGraphMethods):
         """
         check_version(version)
         modes, bare = stream_modes(stream_mode, bool(debug or (debug is None and self.debug)))
-        config = self._run_config(config)
+        config, replay = self._into_subgraph(self._run_config(config))
         _check_run_arguments(self.spec, durability, interrupt_before, interrupt_after)
         options = RunOptions(
             config=config,
@@ -193,6 +193,7 @@ class CompiledStateGraph(AsyncGraphMethods):
             executor=self.executor,
             options=options,
             sink=lambda ns, mode, chunk: events.put((ns, mode, chunk)),
+            replay=replay,
         )
 
         def body() -> None:
@@ -239,6 +240,24 @@ class CompiledStateGraph(AsyncGraphMethods):
 
         return part
 
+    def _into_subgraph(self, config: dict[str, Any]) -> tuple[dict[str, Any], ReplayState | None]:
+        """A run addressed to a subgraph's checkpoint (time travel into it): the root's
+        config at the parent checkpoint that subgraph checkpoint belongs to, and the replay
+        that pins the subgraph (and each graph between) to its checkpoint of then."""
+        conf = config["configurable"]
+        ns, checkpoint_id = conf.get(CHECKPOINT_NS), conf.get(CHECKPOINT_ID)
+        if not ns or not checkpoint_id or self.saver is None:
+            return config, None
+        saved = self.saver.get_tuple(config)
+        parents = dict((saved.metadata.get("parents") or {}) if saved is not None else {})
+        root_id = parents.pop("", None)
+        if root_id is None:
+            return config, None
+        pins = {recast_namespace(p): c for p, c in parents.items()}
+        pins[recast_namespace(ns)] = checkpoint_id
+        root = {**conf, CHECKPOINT_NS: "", CHECKPOINT_ID: root_id}
+        return {**config, "configurable": root}, ReplayState(root_id, pins)
+
     def _run_config(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
         merged: dict[str, Any] = dict(config or {})
         merged.setdefault("recursion_limit", _default_recursion_limit())
@@ -281,15 +300,16 @@ class CompiledStateGraph(AsyncGraphMethods):
         states: dict[str, Any] = {}
         for task in tasks.values():
             subgraph = self.spec.nodes[task.name].subgraph
-            ns = task.checkpoint_ns
-            if subgraph is None:  # maybe a graph the node's function invokes
+            invoked = subgraph is None  # maybe a graph the node's function invokes
+            if invoked:
                 subgraph = self._invoked(task.name)
-                if isinstance(subgraph, CompiledStateGraph) and subgraph.checkpointer is True:
-                    ns = recast_namespace(ns)
-                lookup = {"configurable": {"thread_id": thread, CHECKPOINT_NS: ns}}
-                if subgraph is None or saver.get_tuple(lookup) is None:
-                    continue
             if not isinstance(subgraph, CompiledStateGraph):
+                continue
+            ns = task.checkpoint_ns
+            if subgraph.checkpointer is True:  # one history, stored without task ids
+                ns = recast_namespace(ns)
+            lookup = {"configurable": {"thread_id": thread, CHECKPOINT_NS: ns}}
+            if invoked and saver.get_tuple(lookup) is None:
                 continue
             sub_config = {"configurable": {"thread_id": thread, CHECKPOINT_NS: ns}}
             states[task.id] = (

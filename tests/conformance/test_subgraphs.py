@@ -476,3 +476,54 @@ def state_of_a_graph_invoked_in_a_node(impl: Impl) -> Any:
 
 def test_state_of_a_graph_invoked_in_a_node(conform: Conform) -> None:
     conform(state_of_a_graph_invoked_in_a_node)
+
+
+def time_travel_to_a_subgraph_checkpoint(impl: Impl) -> Any:
+    """Invoking the parent with a subgraph's own checkpoint (from ``get_state(subgraphs=True)``)
+    goes on from exactly there: the question asked at that checkpoint is asked again, steps
+    before it do not run again; a fork of that checkpoint (``update_state``) too."""
+    ran: list[str] = []
+
+    def step(state: Child) -> dict[str, Any]:
+        ran.append("step")
+        return {"log": ["step"]}
+
+    def ask(name: str) -> Any:
+        def node(state: Child) -> dict[str, Any]:
+            ran.append(name)
+            return {"log": [f"{name}:{impl.interrupt(name + '?')}"]}
+
+        return node
+
+    cb = impl.StateGraph(Child)
+    cb.add_node("step", step)
+    cb.add_node("first", ask("first"))
+    cb.add_node("second", ask("second"))
+    cb.add_edge(impl.START, "step")
+    cb.add_edge("step", "first")
+    cb.add_edge("first", "second")
+    b = impl.StateGraph(Parent)
+    b.add_node("child", impl.compile(cb, checkpointer=True))
+    b.add_edge(impl.START, "child")
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = _cfg("into-sub")
+    g.invoke({"log": [], "topic": "t"}, cfg)
+    at_first = g.get_state(cfg, subgraphs=True).tasks[0].state.config
+    g.invoke(impl.Command(resume="a1"), cfg)
+    done = g.invoke(impl.Command(resume="a2"), cfg)
+    ran.clear()
+    replayed = g.invoke(None, at_first)
+    replay_ran = list(ran)
+    ran.clear()
+    fork = g.update_state(at_first, {"log": ["forked"]})
+    forked = g.invoke(None, fork)
+    return {
+        "done": done,
+        "replayed": ([i.value for i in replayed.get("__interrupt__", ())], replay_ran),
+        "forked": ([i.value for i in forked.get("__interrupt__", ())], list(ran)),
+        "then": g.invoke(impl.Command(resume="b1"), cfg),
+    }
+
+
+def test_time_travel_to_a_subgraph_checkpoint(conform: Conform) -> None:
+    conform(time_travel_to_a_subgraph_checkpoint)
