@@ -96,10 +96,10 @@ def snapshot(
     return StateSnapshot(
         values=stream.read_channels(channels, keys),
         next=tuple(t.name for t in tasks.values() if not (live and t.id in finished)),
-        config=with_checkpoint_map(saved.config, saved.metadata) or dict(saved.config),
+        config=stream.with_checkpoint_map(saved.config, saved.metadata) or dict(saved.config),
         metadata=saved.metadata,
         created_at=saved.checkpoint.ts,
-        parent_config=with_checkpoint_map(saved.parent_config, saved.metadata),
+        parent_config=stream.with_checkpoint_map(saved.parent_config, saved.metadata),
         tasks=shown,
         interrupts=tuple(i for t in shown for i in t.interrupts),
     )
@@ -128,25 +128,6 @@ def pregel_task(
         state,
         result,
     )
-
-
-def with_checkpoint_map(
-    config: Mapping[str, Any] | None, metadata: Mapping[str, Any]
-) -> dict[str, Any] | None:
-    """The config as LangGraph shows it, naming the parent graphs' checkpoints."""
-    if config is None:
-        return None
-    parents = metadata.get("parents")
-    if not parents:
-        return dict(config)
-    conf = config["configurable"]
-    return {
-        **config,
-        "configurable": {
-            **conf,
-            "checkpoint_map": {**parents, conf.get(CHECKPOINT_NS, ""): conf.get(CHECKPOINT_ID)},
-        },
-    }
 
 
 def infer_as_node(spec: GraphSpec, saved: CheckpointTuple | None) -> str:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any, get_args
 
 from bulksync.channels.base import BaseChannel
-from bulksync.constants import ERROR, INTERRUPT, RETURN, START
+from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, ERROR, INTERRUPT, RETURN, START
 from bulksync.coordinator.plan import Task, task_path_str
 from bulksync.coordinator.spec import Write
 from bulksync.coordinator.status import read_task_statuses
@@ -231,13 +231,34 @@ def checkpoint_payload(
             )
         entry["state"] = None
         entries.append(entry)
+    mapped = with_checkpoint_map(config, metadata) or config
+    parent = with_checkpoint_map(parent_config, metadata)
     return {
-        "config": _public_config(config),
-        "parent_config": _public_config(parent_config) if parent_config else None,
+        "config": _public_config(mapped),
+        "parent_config": _public_config(parent) if parent else None,
         "values": values,
         "metadata": dict(metadata),
         "next": [t.name for t in tasks],
         "tasks": entries,
+    }
+
+
+def with_checkpoint_map(
+    config: Mapping[str, Any] | None, metadata: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The config as LangGraph shows it, naming the parent graphs' checkpoints."""
+    if config is None:
+        return None
+    parents = metadata.get("parents")
+    if not parents:
+        return dict(config)
+    conf = config["configurable"]
+    return {
+        **config,
+        "configurable": {
+            **conf,
+            "checkpoint_map": {**parents, conf.get(CHECKPOINT_NS, ""): conf.get(CHECKPOINT_ID)},
+        },
     }
 
 

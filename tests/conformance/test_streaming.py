@@ -311,3 +311,28 @@ def checkpoints_stream_at_a_pause_and_at_the_step_limit(impl: Impl) -> Any:
 
 def test_checkpoints_stream_at_a_pause_and_at_the_step_limit(conform: Conform) -> None:
     conform(checkpoints_stream_at_a_pause_and_at_the_step_limit)
+
+
+def subgraph_checkpoints_name_their_parents(impl: Impl) -> Any:
+    """A subgraph's streamed checkpoints carry the ``checkpoint_map`` of the graphs above it,
+    as the same checkpoints read from the history do."""
+
+    class Log(TypedDict):
+        log: Annotated[list[str], operator.add]
+
+    cb = impl.StateGraph(Log)
+    cb.add_node("inner", lambda s: {"log": ["inner"]})
+    cb.add_edge(impl.START, "inner")
+    b = impl.StateGraph(Log)
+    b.add_node("child", impl.compile(cb))
+    b.add_edge(impl.START, "child")
+    g = impl.compile(b, checkpointer=impl.saver())
+    chunks = g.stream({"log": []}, _cfg("maps"), stream_mode="checkpoints", subgraphs=True)
+    return [
+        (ns, sorted(c["config"]["configurable"].get("checkpoint_map", {})), c["next"])
+        for ns, c in chunks
+    ]
+
+
+def test_subgraph_checkpoints_name_their_parents(conform: Conform) -> None:
+    conform(subgraph_checkpoints_name_their_parents)
