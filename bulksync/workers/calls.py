@@ -164,7 +164,9 @@ class _CallRun:
                         value = asyncio.run(_awaited(value))
                 nested.join()  # its own calls end before it does
             except BaseException as exc:
-                if self._retry(exc, attempt):
+                delay = self._backoff(exc, attempt)
+                if delay is not None:
+                    time.sleep(delay)
                     continue
                 self._ended(resumes, exc)
                 future.set_exception(exc)
@@ -186,8 +188,9 @@ class _CallRun:
                     value = await self.func(*self.args, **self.kwargs)
                 await asyncio.to_thread(nested.join)  # its calls on threads end before it does
             except BaseException as exc:
-                if self._retry(exc, attempt):
-                    await asyncio.sleep(0)
+                delay = self._backoff(exc, attempt)
+                if delay is not None:
+                    await asyncio.sleep(delay)  # the caller's loop runs on meanwhile
                     continue
                 self._ended(resumes, exc)
                 raise
@@ -201,15 +204,14 @@ class _CallRun:
         ctx.calls = nested
         return ctx, nested
 
-    def _retry(self, exc: BaseException, attempt: int) -> bool:
-        """Whether a retry policy takes ``exc`` (after its backoff)."""
+    def _backoff(self, exc: BaseException, attempt: int) -> float | None:
+        """The seconds to wait before retrying after ``exc``; None when no policy retries."""
         if not isinstance(exc, Exception) or isinstance(exc, GraphInterrupt):
-            return False
+            return None
         policy = next((p for p in self.retry_policy if p.should_retry(exc)), None)
         if policy is None or attempt >= policy.max_attempts:
-            return False
-        time.sleep(policy.delay(attempt))
-        return True
+            return None
+        return policy.delay(attempt)
 
     def _ended(self, resumes: list[Write], error: BaseException | None, value: Any = None) -> None:
         """Record what the call leaves behind: its answers, and its result if it finished."""
