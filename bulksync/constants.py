@@ -43,6 +43,10 @@ THREAD_ID: Final = "thread_id"
 CHECKPOINT_NS: Final = "checkpoint_ns"
 CHECKPOINT_ID: Final = "checkpoint_id"
 
+# Set by ``stream_events(version="v3")`` in a run's ``configurable``: its tasks stream chat
+# models as LangChain's content-block events (``ChatModelStream``), not v1 token chunks.
+MESSAGE_EVENTS: Final = "__bulksync_message_events"
+
 # Names a user may not give a node or a state key.
 RESERVED: Final = frozenset(
     {START, END, TASKS, INTERRUPT, RESUME, ERROR, NO_WRITES, RETURN, PUSH, PULL}

@@ -179,6 +179,8 @@ class SuperstepLoop:
             self.is_resuming = has_state and (resumes or self.pinned)
         else:
             self.is_resuming = has_state and (self.input is None or is_command)
+            if self.is_resuming and self.options.on_resume is not None:
+                self.options.on_resume(self.checkpoint.id)
         resuming_cmd = is_command and self.input.resume is not None
         time_travel = self.addressed and not resuming_cmd
         if time_travel:  # this run's subgraphs replay too (keeping pins further down)

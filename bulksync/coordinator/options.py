@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bulksync.constants import DEFAULT_RECURSION_LIMIT
@@ -38,6 +38,8 @@ class RunOptions:
     context: Any = None
     control: Any = None
     """The run's ``runtime.RunControl`` (in this process only): a drain stops the run."""
+    on_resume: Callable[[str], None] | None = None
+    """Called with the checkpoint's id when the run goes on from a saved checkpoint."""
 
     @property
     def user_metadata(self) -> dict[str, Any]:

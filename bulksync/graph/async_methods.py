@@ -12,6 +12,8 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from bulksync.stream.events import EventStreamMethods
+
 _DONE = object()
 
 
@@ -26,8 +28,9 @@ async def in_threads(items: Iterable[Any]) -> AsyncIterator[Any]:
         yield item
 
 
-class AsyncGraphMethods:
-    """Mixin: LangGraph's async graph methods over the class's sync ones."""
+class AsyncGraphMethods(EventStreamMethods):
+    """Mixin: LangGraph's async graph methods over the class's sync ones (and the event
+    streams over ``stream``)."""
 
     if TYPE_CHECKING:  # what the mixin needs of the class it is mixed into
 

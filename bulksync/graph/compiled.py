@@ -7,6 +7,8 @@ queue, so ``custom`` chunks and subgraph events arrive while the step is still r
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import os
 import queue
@@ -30,8 +32,16 @@ from bulksync.graph.invoked import invoked_graph
 from bulksync.graph.langchain_graph import langchain_available, to_langchain_graph
 from bulksync.graph.layout import builder_drawable
 from bulksync.graph.schema import schema_mapper
+from bulksync.stream.events import drop_inherited_message_events
+from bulksync.stream.mux import TransformerFactory
 from bulksync.types import GraphOutput, StateSnapshot
 from bulksync.workers.local import LocalExecutor
+from bulksync.workers.tracing import (
+    TracedRun,
+    announce_interrupt,
+    announce_resume,
+    lifecycle_handlers,
+)
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +60,10 @@ class CompiledStateGraph(AsyncGraphMethods):
         debug: bool = False,
         name: str = "LangGraph",
         executor: Executor | None = None,
+        stream_transformers: Sequence[TransformerFactory] = (),
     ) -> None:
         self.builder = builder
+        self.stream_transformers = stream_transformers
         self.spec = spec
         self.checkpointer = checkpointer
         self.debug = debug
@@ -80,6 +92,7 @@ class CompiledStateGraph(AsyncGraphMethods):
             debug=self.debug,
             name=self.name,
             executor=executor,
+            stream_transformers=self.stream_transformers,
         )
 
     def with_checkpointer(self, checkpointer: CheckpointSaver | None) -> CompiledStateGraph:
@@ -91,6 +104,7 @@ class CompiledStateGraph(AsyncGraphMethods):
             debug=self.debug,
             name=self.name,
             executor=self.executor,
+            stream_transformers=self.stream_transformers,
         )
 
     # -- running ----------------------------------------------------------------------
@@ -174,6 +188,19 @@ class CompiledStateGraph(AsyncGraphMethods):
         modes, bare = stream_modes(stream_mode, bool(debug or (debug is None and self.debug)))
         config, replay = self._into_subgraph(self._run_config(config))
         _check_run_arguments(self.spec, durability, interrupt_before, interrupt_after)
+        lifecycle = lifecycle_handlers(config)
+        # With LangChain callbacks in the config the run reports as a chain run, its tasks
+        # as children (workers/tracing.py).
+        traced = TracedRun.start(
+            config,
+            config.get("run_name") or self.name,
+            input,
+            run_id=config.get("run_id"),
+            metadata={"ls_integration": "langgraph"},  # as LangGraph tags its runs
+        )
+        if traced is not None:
+            config["callbacks"] = traced.child()
+        run_id = traced.manager.run_id if traced is not None else None
         options = RunOptions(
             config=config,
             recursion_limit=validate_recursion_limit(config["recursion_limit"]),
@@ -184,6 +211,7 @@ class CompiledStateGraph(AsyncGraphMethods):
             modes=frozenset(modes),
             context=_as_context(self.builder.context_schema, context),
             control=control,
+            on_resume=functools.partial(announce_resume, lifecycle, run_id) if lifecycle else None,
         )
         events: queue.Queue[Any] = queue.Queue()
         loop = SuperstepLoop(
@@ -196,9 +224,18 @@ class CompiledStateGraph(AsyncGraphMethods):
             replay=replay,
         )
 
+        outcome: list[Outcome] = []
+
         def body() -> None:
             try:
-                loop.run()
+                outcome.append(loop.run())
+                paused = outcome[0].interrupts or outcome[0].status.startswith("interrupt")
+                if lifecycle and paused:
+                    checkpoint_id = loop.checkpoint.id
+                    ended = outcome[0]
+                    announce_interrupt(
+                        lifecycle, run_id, ended.status, checkpoint_id, ended.interrupts
+                    )
                 events.put(_DONE)
             except BaseException as exc:
                 events.put(exc)
@@ -211,9 +248,13 @@ class CompiledStateGraph(AsyncGraphMethods):
                 item = events.get()
                 if item is _DONE:
                     ended = True
+                    if traced is not None:
+                        traced.end(outcome[0].output)
                     return
                 if isinstance(item, BaseException):
                     ended = True
+                    if traced is not None:
+                        traced.error(item)
                     raise item
                 ns, mode, chunk = item
                 if (ns and not subgraphs) or mode not in modes:
@@ -225,12 +266,15 @@ class CompiledStateGraph(AsyncGraphMethods):
         finally:
             if not ended:  # the caller broke off (or was cancelled): the run stops too
                 loop.abandon()
+                if traced is not None:
+                    traced.error(asyncio.CancelledError())
 
     def _part_maker(self) -> Callable[[tuple[str, ...], str, Any], dict[str, Any]]:
         """v2 parts of this graph: values as its output schema, checkpoints as its state's."""
         builder = self.builder
-        output = _coercer(builder.output_schema, builder.schemas[builder.output_schema])
-        state = _coercer(builder.state_schema, builder.schemas[builder.state_schema])
+        # An entrypoint's schemas (``Any`` and the like) have no keys: its values stay as is.
+        output = _coercer(builder.output_schema, builder.schemas.get(builder.output_schema, ()))
+        state = _coercer(builder.state_schema, builder.schemas.get(builder.state_schema, ()))
 
         def part(ns: tuple[str, ...], mode: str, chunk: Any) -> dict[str, Any]:
             # A subgraph's parts are left as they come: they hold its own schema's values.
@@ -263,6 +307,10 @@ class CompiledStateGraph(AsyncGraphMethods):
         merged.setdefault("recursion_limit", _default_recursion_limit())
         merged["configurable"] = dict(merged.get("configurable") or {})
         merged["metadata"] = dict(merged.get("metadata") or {})
+        for key in METADATA_FROM_CONFIGURABLE:  # what LangGraph shows in every run's metadata
+            if merged["configurable"].get(key):
+                merged["metadata"].setdefault(key, merged["configurable"][key])
+        drop_inherited_message_events(merged["configurable"])
         if self.saver is not None:
             config_thread(merged)
         return merged
@@ -432,6 +480,19 @@ def _as_context(schema: Any, context: Any) -> Any:
     pydantic schema becomes an instance (its ``TypeError``/``ValidationError`` if it cannot)."""
     mapper = schema_mapper(schema) if isinstance(context, dict) else None
     return mapper(context) if mapper is not None else context
+
+
+METADATA_FROM_CONFIGURABLE = (
+    "thread_id",
+    "checkpoint_id",
+    "checkpoint_ns",
+    "task_id",
+    "run_id",
+    "assistant_id",
+    "graph_id",
+)
+"""``configurable`` keys copied into a run's ``metadata`` (where chat models' stream
+metadata and callback events show them), unless the metadata has them already."""
 
 
 def _coercer(schema: Any, keys: Iterable[str]) -> Callable[[Any], Any] | None:

@@ -37,6 +37,7 @@ from bulksync.graph.schema import (
 from bulksync.graph.validation import check_reachable, check_structure
 from bulksync.graph.writers import compile_nodes
 from bulksync.settings import env_setting
+from bulksync.stream.events import transformer_factories
 from bulksync.types import RetryPolicy
 from bulksync.warnings import LangGraphDeprecatedSinceV05, LangGraphDeprecatedSinceV10
 
@@ -366,6 +367,7 @@ class StateGraph(Generic[StateT]):
         name: str | None = None,
         strict: bool | None = None,
         store: Any = None,
+        transformers: Sequence[Callable[[tuple[str, ...]], Any]] | None = None,
     ) -> CompiledStateGraph:
         """Validate and compile into a runnable graph (see ``build_spec``).
 
@@ -375,10 +377,14 @@ class StateGraph(Generic[StateT]):
         ``strict`` (default: the ``BULKSYNC_STRICT`` setting, off) turns what LangGraph skips
         with a warning into errors: an update key outside the state schema, a goto, ``Send``
         or branch to an unknown node, a node that cannot be reached from START.
+
+        ``transformers`` (``StreamTransformer`` classes or ``scope -> transformer``
+        factories) add projections to every ``stream_events(version="v3")`` run.
         """
         from bulksync.graph.compiled import CompiledStateGraph
 
         check_checkpointer(checkpointer)
+        stream_transformers = transformer_factories(transformers, "compile()")
         if "__default_error_handler__" in self.nodes and "error_handler" in self.node_defaults:
             raise ValueError(
                 "Auto-generated default error handler node `__default_error_handler__` "
@@ -392,7 +398,12 @@ class StateGraph(Generic[StateT]):
         spec = build_spec(self, interrupt_before, interrupt_after, name=graph_name, strict=strict)
         spec = dataclasses.replace(spec, store=store)
         return CompiledStateGraph(
-            builder=self, spec=spec, checkpointer=checkpointer, debug=debug, name=graph_name
+            builder=self,
+            spec=spec,
+            checkpointer=checkpointer,
+            debug=debug,
+            name=graph_name,
+            stream_transformers=stream_transformers,
         )
 
 

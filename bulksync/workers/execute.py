@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bulksync.checkpoint.base import decoded
-from bulksync.constants import CHECKPOINT_NS, NS_SEP, PREVIOUS, RESUME
+from bulksync.constants import CHECKPOINT_NS, MESSAGE_EVENTS, NS_SEP, PREVIOUS, RESUME, START
 from bulksync.context import NullResume, Scratchpad, TaskContext, task_context
 from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
@@ -30,6 +30,7 @@ from bulksync.runtime import ExecutionInfo, Runtime
 from bulksync.workers.calls import CallLog, Calls
 from bulksync.workers.messages import MessageStream, listening, message_stream
 from bulksync.workers.tool_events import tool_events
+from bulksync.workers.tracing import TracedRun
 
 LANGGRAPH_RUNTIME_KEY = "__pregel_runtime"
 """The ``configurable`` key under which LangGraph's runnables find the task's ``Runtime``."""
@@ -78,16 +79,49 @@ async def _await(awaitable: Any) -> Any:
 
 
 def _attempt(
-    node: NodeSpec, task: Task, ctx: TaskContext, read: StateReader, messages: MessageStream | None
+    node: NodeSpec,
+    task: Task,
+    ctx: TaskContext,
+    read: StateReader,
+    messages: MessageStream | None,
+    traced: TracedRun | None,
 ) -> list[Write]:
     with task_context(ctx), listening(ctx.config):
         try:
             output = call_node(node, task.input)
             if messages is not None:
                 messages.node_output(output)
-            return node.writer(output, read)
+            writes = node.writer(output, read)
         except ParentCommand as exc:
+            if traced is not None:
+                traced.error(exc)
             return apply_parent_command(node, task, exc, read)
+        except BaseException as exc:
+            if traced is not None:
+                traced.error(exc)
+            raise
+        if traced is not None:
+            traced.streamed(output)
+            traced.end(output)
+        return writes
+
+
+def _task_callbacks(
+    config: dict[str, Any], task: Task, handlers: list[Any]
+) -> tuple[Any, TracedRun | None]:
+    """The callbacks a task's node gets — the run's and the task's stream handlers, under
+    a chain run of its own when the run has LangChain callbacks (``tracing.py``) — and that
+    run."""
+    traced = None
+    if task.name != START:  # the input's own step is bookkeeping, not a node (as in LangGraph)
+        tags = (f"graph:step:{task.step}",)
+        traced = TracedRun.start(config, task.name, task.input, tags=tags, extra=handlers)
+    if traced is not None:
+        # LangGraph runs a node as a sequence whose first step is the node's function.
+        return traced.child("seq:step:1"), traced
+    if handlers:  # chat models and tools the node hands its config to report to them
+        return [*(config.get("callbacks") or ()), *handlers], None
+    return config.get("callbacks"), None
 
 
 def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> TaskResult:
@@ -107,11 +141,12 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
         resumes: list[Write] = []
         ctx = _attempt_context(step, live, task, resumes, null_resume, (attempt, first_attempt))
         ctx.node_error = node_error
-        if handlers:  # chat models and tools the node hands its config to report to them
-            ctx.config["callbacks"] = [*(ctx.config.get("callbacks") or ()), *handlers]
+        callbacks, traced = _task_callbacks(ctx.config, task, handlers)
+        if callbacks is not None:
+            ctx.config["callbacks"] = callbacks
         ctx.calls = calls = _calls(step, live, task, null_resume, handlers)
         try:
-            writes = _attempt(node, task, ctx, read, messages)
+            writes = _attempt(node, task, ctx, read, messages, traced)
             return TaskResult(
                 task.id,
                 tuple(_last_resume(resumes) + writes),
@@ -267,7 +302,9 @@ def _message_stream(step: StepInput, task: Task, live: StepLive) -> MessageStrea
     def emit(message: Any, metadata: dict[str, Any]) -> None:
         live.sink(step.namespace, "messages", (message, metadata))
 
-    stream = message_stream(modes, emit, task_config(step, task)["metadata"])
+    config = task_config(step, task)
+    events = config["configurable"].get(MESSAGE_EVENTS) is not None
+    stream = message_stream(modes, emit, config["metadata"], events=events)
     if stream is not None:
         stream.saw_input(task.input)
     return stream

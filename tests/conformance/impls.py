@@ -58,6 +58,8 @@ class Impl:
     func: ModuleType
     store: ModuleType
     get_store: Callable[[], Any]
+    stream: ModuleType
+    callbacks: ModuleType
     compiler: Callable[..., Any] | None = None
     saver_factory: Callable[[], Any] | None = None
     attach: Callable[[Any], Any] | None = None
@@ -112,6 +114,8 @@ def _load(pkg: str, name: str) -> Impl:
         func=importlib.import_module(f"{pkg}.func"),
         store=importlib.import_module(f"{pkg}.store.memory"),
         get_store=config.get_store,
+        stream=importlib.import_module(f"{pkg}.stream"),
+        callbacks=importlib.import_module(f"{pkg}.callbacks"),
     )
 
 
@@ -155,9 +159,29 @@ _INVOKED_ON_A_WORKER = (
     "resumes right all the same"
 )
 
+_CALLBACKS_STAY_HOME = (
+    "LangChain callback handlers are live objects of the caller's process: on a cluster the "
+    "graph's own run reports to them, its tasks (and the chat models they call) on the "
+    "workers do not, so astream_events(version='v2') lacks their events"
+)
+
+_LIFECYCLE_ON_THE_COORDINATOR = (
+    "a RemoteGraph run pauses and resumes on the coordinator, where the caller's "
+    "GraphCallbackHandler is not (callbacks are live objects); the run's stream does not "
+    "carry lifecycle events back to the caller yet"
+)
+
 KNOWN_BUGS: dict[str, dict[str, str]] = {
-    "celery": {"state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER},
-    "remote": {"state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER},
+    "celery": {
+        "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
+        "callback_events": _CALLBACKS_STAY_HOME,
+    },
+    "remote": {
+        "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
+        "callback_events": _CALLBACKS_STAY_HOME,
+        "lifecycle_events": _LIFECYCLE_ON_THE_COORDINATOR,
+        "raising_handler": _LIFECYCLE_ON_THE_COORDINATOR,
+    },
 }
 """Scenarios a flavour fails because of a bulksync bug, by flavour, each naming the bug.
 

@@ -27,13 +27,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("service",),
     ("prebuilt", "func"),
     ("graph",),
+    ("stream",),
     ("workers",),
     ("coordinator",),
     ("channels", "checkpoint", "store"),
     # settings raises errors.ConfigError, so it sits above errors (which imports nothing).
     ("settings",),
     ("runtime",),
-    ("errors", "types", "config", "context", "constants"),
+    ("errors", "types", "config", "context", "constants", "callbacks"),
     ("keys", "ids", "exports", "logs", "retry", "warnings", "managed"),
 )
 """Top to bottom: a unit imports its own layer's units or lower ones, never higher."""

@@ -1,0 +1,111 @@
+"""LangChain callbacks of a run and of its tasks, fired as LangGraph fires them.
+
+When a run's config has LangChain callback handlers (a tracer such as LangSmith's, or the
+one ``astream_events`` adds), the graph is one chain run named after the graph, each task
+a child chain run named after its node (tagged ``graph:step:N``, with the task's
+``langgraph_*`` metadata), and whatever the node calls with its config — chat models,
+tools, runnables — nests under its task. Handlers are live objects: they see the tasks of
+an in-process run; a cluster's workers run theirs without them (the run itself is still
+reported by the caller's process). Nothing here imports langchain-core unless a config
+has callbacks and langchain-core is installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+class TracedRun:
+    """One chain run reported to LangChain callback handlers."""
+
+    def __init__(self, manager: Any) -> None:
+        self.manager = manager
+
+    @classmethod
+    def start(
+        cls,
+        config: Mapping[str, Any],
+        name: str,
+        inputs: Any,
+        *,
+        tags: Sequence[str] = (),
+        run_id: uuid.UUID | None = None,
+        extra: Sequence[Any] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> TracedRun | None:
+        """Start a run of ``name`` under ``config``'s callbacks (plus ``extra`` handlers);
+        None when there are none or langchain-core is missing (nothing to report to)."""
+        callbacks = config.get("callbacks")
+        if not callbacks or importlib.util.find_spec("langchain_core") is None:
+            return None
+        from langchain_core.callbacks.manager import CallbackManager
+
+        manager = CallbackManager.configure(
+            inheritable_callbacks=callbacks,
+            inheritable_tags=config.get("tags"),
+            local_tags=list(tags) or None,
+            inheritable_metadata={**(config.get("metadata") or {}), **(metadata or {})},
+        )
+        for handler in extra:  # the task's stream handlers: its chat models report to them
+            manager.add_handler(handler, inherit=True)
+        # LangChain's chain-start payload: inputs as a dict, as runnables report theirs.
+        return cls(manager.on_chain_start(None, inputs, name=name, run_id=run_id))
+
+    def child(self, tag: str | None = None) -> Any:
+        """The callbacks of what this run calls (they report as its children, ``tag``
+        added to theirs)."""
+        return self.manager.get_child(tag)
+
+    def streamed(self, chunk: Any) -> None:
+        """Report ``chunk`` as output this run streamed (to handlers that follow streams)."""
+        from langchain_core.tracers._streaming import _StreamingCallbackHandler
+
+        for handler in self.manager.handlers:
+            if isinstance(handler, _StreamingCallbackHandler):
+                for _ in handler.tap_output_iter(self.manager.run_id, iter([chunk])):
+                    pass
+
+    def end(self, output: Any) -> None:
+        """The run finished with ``output``."""
+        self.manager.on_chain_end(output)
+
+    def error(self, exc: BaseException) -> None:
+        """The run ended with ``exc``."""
+        self.manager.on_chain_error(exc)
+
+
+def lifecycle_handlers(config: Mapping[str, Any]) -> list[Any]:
+    """The graph lifecycle handlers (``bulksync.callbacks``) among a config's callbacks.
+
+    A handler can only be one if that module is loaded, so a run without them never loads
+    it (nor langchain-core)."""
+    if not config.get("callbacks") or "bulksync.callbacks" not in sys.modules:
+        return []
+    from bulksync.callbacks import graph_handlers
+
+    return list(graph_handlers(config))
+
+
+def announce_resume(handlers: list[Any], run_id: Any, checkpoint_id: str) -> None:
+    """Tell lifecycle ``handlers`` the run resumed from ``checkpoint_id``."""
+    from bulksync.callbacks import GraphResumeEvent, announce
+
+    announce(handlers, GraphResumeEvent(run_id, "pending", checkpoint_id, ()))
+
+
+def announce_interrupt(
+    handlers: list[Any], run_id: Any, status: str, checkpoint_id: str, interrupts: Any
+) -> None:
+    """Tell lifecycle ``handlers`` the run paused on ``interrupts``."""
+    from bulksync.callbacks import GraphInterruptEvent, announce
+
+    # LangGraph's statuses: a breakpoint's own, "pending" for a node's interrupt.
+    shown = status if status in ("interrupt_before", "interrupt_after") else "pending"
+    announce(
+        handlers,
+        GraphInterruptEvent(run_id, shown, checkpoint_id, (), tuple(interrupts)),  # type: ignore[arg-type]
+    )
