@@ -30,7 +30,7 @@ from bulksync.runtime import ExecutionInfo, Runtime
 from bulksync.workers.calls import CallLog, Calls
 from bulksync.workers.messages import MessageStream, listening, message_stream
 from bulksync.workers.tool_events import tool_events
-from bulksync.workers.tracing import TracedRun
+from bulksync.workers.tracing import TracedRun, with_handlers
 
 LANGGRAPH_RUNTIME_KEY = "__pregel_runtime"
 """The ``configurable`` key under which LangGraph's runnables find the task's ``Runtime``."""
@@ -119,9 +119,8 @@ def _task_callbacks(
     if traced is not None:
         # LangGraph runs a node as a sequence whose first step is the node's function.
         return traced.child("seq:step:1"), traced
-    if handlers:  # chat models and tools the node hands its config to report to them
-        return [*(config.get("callbacks") or ()), *handlers], None
-    return config.get("callbacks"), None
+    # Chat models and tools the node hands its config to report to the handlers.
+    return with_handlers(config.get("callbacks"), handlers), None
 
 
 def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> TaskResult:
@@ -245,7 +244,7 @@ def _calls(
         own = NullResume(None, null_resume)
         ctx = _attempt_context(step, live, call, resumes, own, (1, time.time()))
         if handlers:
-            ctx.config["callbacks"] = [*(ctx.config.get("callbacks") or ()), *handlers]
+            ctx.config["callbacks"] = with_handlers(ctx.config.get("callbacks"), handlers)
         return ctx
 
     def emit(update: dict[str, Any]) -> None:

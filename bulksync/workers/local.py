@@ -6,6 +6,7 @@ run on a private event loop in their thread. Results are delivered as tasks fini
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,6 +17,8 @@ from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import ConfigError, TaskCancelledError
 from bulksync.workers.execute import run_task
+
+logger = logging.getLogger(__name__)
 
 
 def default_concurrency() -> int:
@@ -63,7 +66,12 @@ class LocalExecutor:
         pool = ThreadPoolExecutor(workers, thread_name_prefix=f"bulksync-{spec.name}")
 
         def one(task: Task) -> None:
-            deliver(run_task(spec, task, step, live))
+            try:
+                result = run_task(spec, task, step, live)
+            except BaseException as exc:  # a bug of bulksync's: the step must still end
+                logger.exception("task %s (%s) failed outside its node", task.id, task.name)
+                result = TaskResult(task.id, error=exc)
+            deliver(result)
 
         futures = {t.id: pool.submit(one, t) for t in tasks}
         # Queued tasks still run after shutdown(wait=False); the threads exit once they drain.

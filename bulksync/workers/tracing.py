@@ -109,3 +109,16 @@ def announce_interrupt(
         handlers,
         GraphInterruptEvent(run_id, shown, checkpoint_id, (), tuple(interrupts)),  # type: ignore[arg-type]
     )
+
+
+def with_handlers(callbacks: Any, handlers: Sequence[Any]) -> Any:
+    """``callbacks`` (a list of handlers, a callback manager or None) plus ``handlers``,
+    inherited by whatever the callbacks are handed to."""
+    if not handlers:
+        return callbacks
+    if callbacks is None or isinstance(callbacks, list | tuple):
+        return [*(callbacks or ()), *handlers]
+    manager = callbacks.copy()
+    for handler in handlers:
+        manager.add_handler(handler, inherit=True)
+    return manager
