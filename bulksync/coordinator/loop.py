@@ -104,6 +104,7 @@ class SuperstepLoop:
         # Set when nobody reads the run any more (a stream broken off): stop, cancel what
         # has not started. A child loop shares its root's.
         self.abandoned = abandoned if abandoned is not None else threading.Event()
+        self.stopped = False  # this loop's caller stopped it (its parent goes on)
         self._handle: StepHandle | None = None
         self.input = input
         self.saver = saver
@@ -309,7 +310,7 @@ class SuperstepLoop:
 
     def tick(self) -> bool:
         """Plan the next step; False when the run is over (done, or out of steps)."""
-        if self.abandoned.is_set():
+        if self.abandoned.is_set() or self.stopped:
             raise TaskCancelledError(
                 "run abandoned: its caller stopped reading the stream; it stops before "
                 f"step {self.step}, its checkpoint saved"
@@ -371,7 +372,7 @@ class SuperstepLoop:
         handle = self._handle = (
             self.executor.submit(self.spec, step_input, live, plain, results.put) if plain else None
         )
-        if handle is not None and self.abandoned.is_set():
+        if handle is not None and (self.abandoned.is_set() or self.stopped):
             handle.cancel()  # abandoned while it was being submitted
         for task in todo:
             if self.spec.nodes[task.name].subgraph is not None:
@@ -527,6 +528,14 @@ class SuperstepLoop:
             self._stream_checkpoint(self._plan())  # the one the run pauses on
             raise GraphInterrupt()
 
+    def halt(self) -> None:
+        """This loop's caller stopped (a node invoking it was cancelled): as ``abandon``,
+        for this loop alone (``abandoned`` may be its parent's)."""
+        self.stopped = True
+        handle = self._handle
+        if handle is not None:
+            handle.cancel()
+
     def abandon(self) -> None:
         """The caller stopped reading: stop before the next step, cancel the step's tasks
         that have not started (on a cluster: revoke them); running ones finish."""
@@ -624,7 +633,12 @@ class SuperstepLoop:
 
 
 def run_child(
-    compiled: CompiledGraph, value: Any, step: StepInput, live: StepLive, ns: str
+    compiled: CompiledGraph,
+    value: Any,
+    step: StepInput,
+    live: StepLive,
+    ns: str,
+    started: Callable[[SuperstepLoop], None] | None = None,
 ) -> Outcome:
     """Run ``compiled`` on ``value`` as a child loop under namespace ``ns``.
 
@@ -649,11 +663,19 @@ def run_child(
         control=live.control,
         abandoned=live.abandoned,
     )
+    if started is not None:
+        started(loop)
     return loop.run()
 
 
-def invoke_nested(compiled: CompiledGraph, value: Any, ctx: TaskContext) -> Outcome:
-    """Run ``compiled`` inside the running task ``ctx`` (a graph invoked from a node).
+def invoke_nested(
+    compiled: CompiledGraph,
+    value: Any,
+    ctx: TaskContext,
+    started: Callable[[SuperstepLoop], None] | None = None,
+) -> Outcome:
+    """Run ``compiled`` inside the running task ``ctx`` (a graph invoked from a node);
+    ``started`` gets the child loop before it runs (to stop it with its caller).
 
     The n-th call within one task gets namespace ``<task ns>|n`` (the first, none).
     """
@@ -661,4 +683,4 @@ def invoke_nested(compiled: CompiledGraph, value: Any, ctx: TaskContext) -> Outc
     count = next(ctx.scratchpad.subgraph_counter)
     ns = task.checkpoint_ns if count == 0 else f"{task.checkpoint_ns}{NS_SEP}{count}"
     live = dataclasses.replace(live, null_resume=ctx.scratchpad.null_resume)
-    return run_child(compiled, value, step, live, ns)
+    return run_child(compiled, value, step, live, ns, started)

@@ -9,23 +9,69 @@ is never blocked and no behaviour is kept twice by hand.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+import functools
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from bulksync.stream.events import EventStreamMethods
+from bulksync.workers.cancel_scope import CancelScope, scoped_context
 
 _DONE = object()
 
 
 async def in_threads(items: Iterable[Any]) -> AsyncIterator[Any]:
     """``items`` for async callers: each next item is taken on a worker thread, so a sync
-    iterator that blocks (a run, a saver read) never blocks the event loop."""
+    iterator that blocks (a run, a saver read) never blocks the event loop.
+
+    A run started while taking them belongs to a ``CancelScope`` cancelled if the caller
+    stops early (breaks off, is cancelled): the run stops and its async nodes are cancelled.
+    """
     it = iter(items)
-    while True:
-        item = await asyncio.to_thread(next, it, _DONE)
-        if item is _DONE:
-            return
-        yield item
+    scope, context = scoped_context()
+    loop = asyncio.get_running_loop()
+    ended = False
+    pulling: asyncio.Future[Any] | None = None
+    try:
+        while True:
+            pull = functools.partial(context.run, _unless_stopped, scope, next, it, _DONE)
+            pulling = loop.run_in_executor(None, pull)
+            item = await asyncio.shield(pulling)  # cancelled: the pull still ends (below)
+            pulling = None
+            if item is _DONE:
+                ended = True
+                return
+            yield item
+    finally:
+        if not ended:
+            await loop.run_in_executor(None, scope.cancel)  # it waits for cancelled nodes
+            close = getattr(it, "close", None)
+            if pulling is None and close is not None:  # (a pull in flight ends by itself)
+                await loop.run_in_executor(None, context.run, close)
+
+
+async def in_thread(func: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """``func(*args, **kw)`` on a worker thread; a run it starts stops if the caller is
+    cancelled (see ``in_threads``)."""
+    scope, context = scoped_context()
+    call = asyncio.get_running_loop().run_in_executor(
+        None, functools.partial(context.run, _unless_stopped, scope, func, *args, **kw)
+    )
+    try:
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        await asyncio.get_running_loop().run_in_executor(None, scope.cancel)
+        raise
+
+
+def _unless_stopped(scope: CancelScope, func: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """``func(*args, **kw)``; once the caller stopped (``scope`` cancelled), how the stopped
+    run ends is nobody's business: its error is dropped rather than left unread."""
+    try:
+        return func(*args, **kw)
+    except Exception:
+        if scope.cancelled:
+            return _DONE
+        raise
 
 
 class AsyncGraphMethods(EventStreamMethods):
@@ -65,7 +111,7 @@ class AsyncGraphMethods(EventStreamMethods):
 
     async def ainvoke(self, input: Any, config: Mapping[str, Any] | None = None, **kw: Any) -> Any:
         """``invoke`` for async callers."""
-        return await asyncio.to_thread(self.invoke, input, config, **kw)
+        return await in_thread(self.invoke, input, config, **kw)
 
     def astream(
         self, input: Any, config: Mapping[str, Any] | None = None, **kw: Any

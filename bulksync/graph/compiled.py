@@ -35,6 +35,7 @@ from bulksync.graph.schema import schema_mapper
 from bulksync.stream.events import drop_inherited_message_events
 from bulksync.stream.mux import TransformerFactory
 from bulksync.types import GraphOutput, StateSnapshot
+from bulksync.workers.cancel_scope import current_scope
 from bulksync.workers.local import LocalExecutor
 from bulksync.workers.tracing import (
     TracedRun,
@@ -126,7 +127,7 @@ class CompiledStateGraph(AsyncGraphMethods):
         a ``GraphOutput`` (or, for another ``stream_mode``, the list of typed parts)."""
         ctx = maybe_current_task()
         if ctx is not None and ctx.parent is not None:
-            outcome: Outcome = invoke_nested(self, input, ctx)
+            outcome: Outcome = invoke_nested(self, input, ctx, _stopped_with_caller)
             return outcome.output
         kw = dict(
             output_keys=output_keys if output_keys is not None else self.spec.output_channels,
@@ -240,6 +241,9 @@ class CompiledStateGraph(AsyncGraphMethods):
             except BaseException as exc:
                 events.put(exc)
 
+        scope = current_scope()
+        if scope is not None:  # run by a node (or read by astream): stopped with its caller
+            scope.on_cancel(loop.abandon)
         threading.Thread(target=body, name=f"bulksync-run-{self.name}", daemon=True).start()
         typed = self._part_maker() if version == "v2" else None
         ended = False
@@ -480,6 +484,13 @@ def _as_context(schema: Any, context: Any) -> Any:
     pydantic schema becomes an instance (its ``TypeError``/``ValidationError`` if it cannot)."""
     mapper = schema_mapper(schema) if isinstance(context, dict) else None
     return mapper(context) if mapper is not None else context
+
+
+def _stopped_with_caller(loop: SuperstepLoop) -> None:
+    """A graph a node invokes stops when its caller is stopped (``cancel_scope.py``)."""
+    scope = current_scope()
+    if scope is not None:
+        scope.on_cancel(loop.halt)
 
 
 METADATA_FROM_CONFIGURABLE = (

@@ -35,6 +35,7 @@ from bulksync.coordinator.stream import task_path_key
 from bulksync.errors import GraphInterrupt
 from bulksync.ids import task_id
 from bulksync.types import RetryPolicy
+from bulksync.workers.cancel_scope import run_coroutine
 from bulksync.workers.messages import listening
 
 ContextFor = Callable[[Task, list[Write]], TaskContext]
@@ -161,7 +162,7 @@ class _CallRun:
                 with task_context(ctx), listening(ctx.config):
                     value = self.func(*self.args, **self.kwargs)
                     if inspect.isawaitable(value):
-                        value = asyncio.run(_awaited(value))
+                        value = run_coroutine(value)
                 nested.join()  # its own calls end before it does
             except BaseException as exc:
                 delay = self._backoff(exc, attempt)
@@ -242,10 +243,6 @@ def _done(value: Any, loop: asyncio.AbstractEventLoop | None) -> Any:
     future: concurrent.futures.Future[Any] = concurrent.futures.Future()
     future.set_result(value)
     return future
-
-
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
 
 
 __all__ = ["CallLog", "Calls", "call_task"]

@@ -23,11 +23,18 @@ from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.reader import StateReader, apply_parent_command
 from bulksync.coordinator.spec import GraphSpec, NodeSpec, Write
-from bulksync.errors import GraphInterrupt, NodeCancelledError, NodeError, ParentCommand
+from bulksync.errors import (
+    GraphInterrupt,
+    NodeCancelledError,
+    NodeError,
+    ParentCommand,
+    TaskCancelledError,
+)
 from bulksync.ids import interrupt_id
 from bulksync.managed import managed_values
 from bulksync.runtime import ExecutionInfo, Runtime
 from bulksync.workers.calls import CallLog, Calls
+from bulksync.workers.cancel_scope import current_scope, run_coroutine
 from bulksync.workers.messages import MessageStream, listening, message_stream
 from bulksync.workers.tool_events import tool_events
 from bulksync.workers.tracing import TracedRun, with_handlers
@@ -66,16 +73,13 @@ def resume_answers(task: Task, step: StepInput) -> list[Any]:
 
 
 def call_node(node: NodeSpec, value: Any) -> Any:
-    """Run the node's function; a coroutine is run to completion on a private event loop."""
+    """Run the node's function; a coroutine is run to completion on a private event loop
+    (cancelled with the task's step: ``cancel_scope.py``)."""
     assert node.run is not None, f"node '{node.name}' is a subgraph; the loop runs it"
     result = node.run(value)
     if inspect.isawaitable(result):
-        return asyncio.run(_await(result))
+        return run_coroutine(result)
     return result
-
-
-async def _await(awaitable: Any) -> Any:
-    return await awaitable
 
 
 def _attempt(
@@ -165,7 +169,10 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
         except ParentCommand as exc:
             return TaskResult(task.id, (), error=exc, took_null_resume=null_resume.taken)
         except asyncio.CancelledError as exc:
-            # Raised by the node's own code (nothing here cancels it): a failure of the node.
+            scope = current_scope()
+            if scope is not None and scope.cancelled:  # its step was cancelled: no result
+                return TaskResult(task.id, error=TaskCancelledError(task.id))
+            # Raised by the node's own code (nothing cancelled it): a failure of the node.
             error = NodeCancelledError(task.name)
             error.__cause__ = exc
             return _failed(task, error, null_resume, calls)

@@ -1,7 +1,8 @@
 """The in-process executor: a step's tasks on a thread pool of this process.
 
 Send fan-out really runs in parallel here (up to ``max_concurrency`` threads); async nodes
-run on a private event loop in their thread. Results are delivered as tasks finish.
+run on a private event loop in their thread, cancelled when their step is (a caller breaking
+off the stream, a sibling failing). Results are delivered as tasks finish.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import ConfigError, TaskCancelledError
+from bulksync.workers.cancel_scope import CancelScope, within
 from bulksync.workers.execute import run_task
 
 logger = logging.getLogger(__name__)
@@ -30,16 +32,22 @@ class LocalStep:
     """A step running on the pool."""
 
     def __init__(
-        self, futures: dict[str, Future[None]], deliver: Callable[[TaskResult], None]
+        self,
+        futures: dict[str, Future[None]],
+        deliver: Callable[[TaskResult], None],
+        scope: CancelScope,
     ) -> None:
         self._futures = futures
         self._deliver = deliver
+        self._scope = scope
 
     def cancel(self) -> None:
-        """Cancel the tasks that have not started (running threads cannot be stopped)."""
+        """Cancel the tasks that have not started, and the async nodes (and the runs they
+        invoke) that are running; a running sync node cannot be stopped, it finishes."""
         for task_id, fut in self._futures.items():
             if fut.cancel():
                 self._deliver(TaskResult(task_id, error=TaskCancelledError(task_id)))
+        self._scope.cancel()
 
 
 class LocalExecutor:
@@ -65,9 +73,12 @@ class LocalExecutor:
         workers = max(1, min(step_concurrency(step.config, self.max_concurrency), len(tasks)))
         pool = ThreadPoolExecutor(workers, thread_name_prefix=f"bulksync-{spec.name}")
 
+        scope = CancelScope()
+
         def one(task: Task) -> None:
             try:
-                result = run_task(spec, task, step, live)
+                with within(scope):
+                    result = run_task(spec, task, step, live)
             except BaseException as exc:  # a bug of bulksync's: the step must still end
                 logger.exception("task %s (%s) failed outside its node", task.id, task.name)
                 result = TaskResult(task.id, error=exc)
@@ -76,7 +87,7 @@ class LocalExecutor:
         futures = {t.id: pool.submit(one, t) for t in tasks}
         # Queued tasks still run after shutdown(wait=False); the threads exit once they drain.
         pool.shutdown(wait=False)
-        return LocalStep(futures, deliver)
+        return LocalStep(futures, deliver, scope)
 
 
 def step_concurrency(config: Mapping[str, Any], default: int) -> int:

@@ -171,16 +171,31 @@ _LIFECYCLE_ON_THE_COORDINATOR = (
     "carry lifecycle events back to the caller yet"
 )
 
+_RUNNING_NODES_ON_WORKERS = (
+    "stopping a run on a cluster revokes its tasks that have not started; an async node "
+    "already running on a worker finishes (it is not cancelled), though no later step starts"
+)
+_REMOTE_AINVOKE = (
+    "cancelling RemoteGraph.ainvoke stops waiting for the run but does not cancel the run on "
+    "the cluster (Client.cancel does)"
+)
+
 KNOWN_BUGS: dict[str, dict[str, str]] = {
     "celery": {
         "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
         "callback_events": _CALLBACKS_STAY_HOME,
+        "breaking_off_astream": _RUNNING_NODES_ON_WORKERS,
+        "cancelled_ainvoke": _RUNNING_NODES_ON_WORKERS,
+        "cancelled_ainvoke_of_a_nested_graph": _RUNNING_NODES_ON_WORKERS,
     },
     "remote": {
         "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
         "callback_events": _CALLBACKS_STAY_HOME,
         "lifecycle_events": _LIFECYCLE_ON_THE_COORDINATOR,
         "raising_handler": _LIFECYCLE_ON_THE_COORDINATOR,
+        "breaking_off_astream": _RUNNING_NODES_ON_WORKERS,
+        "cancelled_ainvoke": _REMOTE_AINVOKE,
+        "cancelled_ainvoke_of_a_nested_graph": _REMOTE_AINVOKE,
     },
 }
 """Scenarios a flavour fails because of a bulksync bug, by flavour, each naming the bug.
