@@ -43,6 +43,7 @@ from bulksync.service.runs import Run, RunEvent, RunStore
 from bulksync.settings import Settings, redact
 from bulksync.types import GraphOutput, StateSnapshot
 from bulksync.workers import wire
+from bulksync.workers.cancel_scope import current_scope
 
 __all__ = ["Client", "RemoteGraph", "Run", "RunEvent"]
 
@@ -398,6 +399,7 @@ class RemoteGraph(AsyncGraphMethods):
             durability=durability,
             context=context,
         )
+        self._cancelled_with_caller(run_id)
         output = _result(self.client.wait(run_id, self.timeout))
         if version == "v2":
             part = stream_part((), "values", output)
@@ -438,6 +440,7 @@ class RemoteGraph(AsyncGraphMethods):
             },
         }
         run_id = self.client.create_run(self.graph_id, "stream", payload)
+        self._cancelled_with_caller(run_id)
         for event in self.client.stream(run_id):
             if event.mode == runs.END:
                 break
@@ -450,6 +453,13 @@ class RemoteGraph(AsyncGraphMethods):
                     event.namespace, event.mode, event.chunk, subgraphs=subgraphs, bare=bare
                 )
         _result(self.client.get(run_id))
+
+    def _cancelled_with_caller(self, run_id: str) -> None:
+        """A caller that stops (``ainvoke`` cancelled, ``astream`` broken off) cancels the
+        run on the cluster too (``workers/cancel_scope.py``)."""
+        scope = current_scope()
+        if scope is not None:
+            scope.on_cancel(functools.partial(self.client.cancel, run_id))
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> StateSnapshot:
         """The thread's current state (or at ``checkpoint_id``), with its next tasks."""

@@ -14,10 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 STOP_WAIT = 10.0
 """Seconds a caller stopping a run waits for it to stop: its cancelled async nodes end at
@@ -34,7 +37,7 @@ class CancelScope:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._tasks: set[_Running] = set()
-        self._on_cancel: list[Callable[[], None]] = []
+        self._on_cancel: list[Callable[[], object]] = []
         self.cancelled = False
 
     def cancel(self) -> None:
@@ -47,13 +50,16 @@ class CancelScope:
         for running in tasks:
             running.loop.call_soon_threadsafe(running.task.cancel)
         for stop in stops:
-            stop()
+            try:
+                stop()
+            except Exception:  # one run failing to stop must not keep the others going
+                logger.exception("stopping a run under a cancelled scope failed")
         deadline = time.monotonic() + STOP_WAIT
         for running in tasks:
             if not running.on_this_thread():  # (a coroutine cannot wait for itself)
                 running.ended.wait(max(0.0, deadline - time.monotonic()))
 
-    def on_cancel(self, stop: Callable[[], None]) -> None:
+    def on_cancel(self, stop: Callable[[], object]) -> None:
         """Call ``stop`` when this scope is cancelled (now, if it is already)."""
         with self._lock:
             if not self.cancelled:

@@ -172,12 +172,9 @@ _LIFECYCLE_ON_THE_COORDINATOR = (
 )
 
 _RUNNING_NODES_ON_WORKERS = (
-    "stopping a run on a cluster revokes its tasks that have not started; an async node "
-    "already running on a worker finishes (it is not cancelled), though no later step starts"
-)
-_REMOTE_AINVOKE = (
-    "cancelling RemoteGraph.ainvoke stops waiting for the run but does not cancel the run on "
-    "the cluster (Client.cancel does)"
+    "stopping a run on a cluster (a RemoteGraph caller cancelled: the run is cancelled) revokes "
+    "its tasks that have not started; an async node already running on a worker finishes (it "
+    "is not cancelled), though no later step starts"
 )
 
 KNOWN_BUGS: dict[str, dict[str, str]] = {
@@ -194,8 +191,8 @@ KNOWN_BUGS: dict[str, dict[str, str]] = {
         "lifecycle_events": _LIFECYCLE_ON_THE_COORDINATOR,
         "raising_handler": _LIFECYCLE_ON_THE_COORDINATOR,
         "breaking_off_astream": _RUNNING_NODES_ON_WORKERS,
-        "cancelled_ainvoke": _REMOTE_AINVOKE,
-        "cancelled_ainvoke_of_a_nested_graph": _REMOTE_AINVOKE,
+        "cancelled_ainvoke": _RUNNING_NODES_ON_WORKERS,
+        "cancelled_ainvoke_of_a_nested_graph": _RUNNING_NODES_ON_WORKERS,
     },
 }
 """Scenarios a flavour fails because of a bulksync bug, by flavour, each naming the bug.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import uuid
 from typing import Annotated, Any, TypedDict
@@ -278,3 +279,19 @@ def test_remote_state_errors_keep_their_type(pair: tuple[Any, RemoteGraph]) -> N
         with pytest.raises(type(want.value)) as got:
             call(remote)
         assert str(got.value) == str(want.value)
+
+
+def test_cancelling_a_remote_ainvoke_cancels_its_run(service: Service) -> None:
+    graph_id = service.register(chain_graph(service, gate="never"))
+    service.start()
+    remote = RemoteGraph(graph_id, service.client, timeout=WAIT)
+    config = {"configurable": {"thread_id": "cancelled-caller"}}
+
+    async def call() -> None:
+        await asyncio.wait_for(remote.ainvoke({"log": []}, config), 0.5)
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(call())
+    (run,) = service.client.list_runs(thread_id="cancelled-caller")
+    service.open_gate("never")  # free the worker thread, if the run got that far
+    assert service.client.wait(run.run_id, timeout=WAIT).status == runs.CANCELLED
