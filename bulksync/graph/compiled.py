@@ -8,7 +8,6 @@ queue, so ``custom`` chunks and subgraph events arrive while the step is still r
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import queue
@@ -37,12 +36,7 @@ from bulksync.stream.mux import TransformerFactory
 from bulksync.types import GraphOutput, StateSnapshot
 from bulksync.workers.cancel_scope import current_scope
 from bulksync.workers.local import LocalExecutor
-from bulksync.workers.tracing import (
-    TracedRun,
-    announce_interrupt,
-    announce_resume,
-    lifecycle_handlers,
-)
+from bulksync.workers.tracing import RunCallbacks
 
 log = logging.getLogger(__name__)
 
@@ -189,19 +183,7 @@ class CompiledStateGraph(AsyncGraphMethods):
         modes, bare = stream_modes(stream_mode, bool(debug or (debug is None and self.debug)))
         config, replay = self._into_subgraph(self._run_config(config))
         _check_run_arguments(self.spec, durability, interrupt_before, interrupt_after)
-        lifecycle = lifecycle_handlers(config)
-        # With LangChain callbacks in the config the run reports as a chain run, its tasks
-        # as children (workers/tracing.py).
-        traced = TracedRun.start(
-            config,
-            config.get("run_name") or self.name,
-            input,
-            run_id=config.get("run_id"),
-            metadata={"ls_integration": "langgraph"},  # as LangGraph tags its runs
-        )
-        if traced is not None:
-            config["callbacks"] = traced.child()
-        run_id = traced.manager.run_id if traced is not None else None
+        reports = RunCallbacks(config, self.name, input)  # to the config's handlers, if any
         options = RunOptions(
             config=config,
             recursion_limit=validate_recursion_limit(config["recursion_limit"]),
@@ -212,7 +194,7 @@ class CompiledStateGraph(AsyncGraphMethods):
             modes=frozenset(modes),
             context=_as_context(self.builder.context_schema, context),
             control=control,
-            on_resume=functools.partial(announce_resume, lifecycle, run_id) if lifecycle else None,
+            on_resume=reports.on_resume(),
         )
         events: queue.Queue[Any] = queue.Queue()
         loop = SuperstepLoop(
@@ -230,13 +212,7 @@ class CompiledStateGraph(AsyncGraphMethods):
         def body() -> None:
             try:
                 outcome.append(loop.run())
-                paused = outcome[0].interrupts or outcome[0].status.startswith("interrupt")
-                if lifecycle and paused:
-                    checkpoint_id = loop.checkpoint.id
-                    ended = outcome[0]
-                    announce_interrupt(
-                        lifecycle, run_id, ended.status, checkpoint_id, ended.interrupts
-                    )
+                reports.paused(outcome[0].status, loop.checkpoint.id, outcome[0].interrupts)
                 events.put(_DONE)
             except BaseException as exc:
                 events.put(exc)
@@ -252,13 +228,11 @@ class CompiledStateGraph(AsyncGraphMethods):
                 item = events.get()
                 if item is _DONE:
                     ended = True
-                    if traced is not None:
-                        traced.end(outcome[0].output)
+                    reports.ended(outcome[0].output)
                     return
                 if isinstance(item, BaseException):
                     ended = True
-                    if traced is not None:
-                        traced.error(item)
+                    reports.failed(item)
                     raise item
                 ns, mode, chunk = item
                 if (ns and not subgraphs) or mode not in modes:
@@ -270,8 +244,7 @@ class CompiledStateGraph(AsyncGraphMethods):
         finally:
             if not ended:  # the caller broke off (or was cancelled): the run stops too
                 loop.abandon()
-                if traced is not None:
-                    traced.error(asyncio.CancelledError())
+                reports.failed(asyncio.CancelledError())
 
     def _part_maker(self) -> Callable[[tuple[str, ...], str, Any], dict[str, Any]]:
         """v2 parts of this graph: values as its output schema, checkpoints as its state's."""

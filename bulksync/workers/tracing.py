@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
@@ -78,7 +78,59 @@ class TracedRun:
         self.manager.on_chain_error(exc)
 
 
-def lifecycle_handlers(config: Mapping[str, Any]) -> list[Any]:
+class RunCallbacks:
+    """What one run reports to the handlers in its config: itself as a chain run (its tasks
+    as children, ``TracedRun``) and, to ``bulksync.callbacks.GraphCallbackHandler``s, its
+    pauses and resumes. Without handlers every method does nothing."""
+
+    def __init__(self, config: dict[str, Any], name: str, input: Any) -> None:
+        self.lifecycle = _lifecycle_handlers(config)
+        self.traced = TracedRun.start(
+            config,
+            config.get("run_name") or name,
+            input,
+            run_id=config.get("run_id"),
+            metadata={"ls_integration": "langgraph"},  # as LangGraph tags its runs
+        )
+        self.run_id = self.traced.manager.run_id if self.traced is not None else None
+        if self.traced is not None:  # the run's tasks report under it
+            config["callbacks"] = self.traced.child()
+
+    def on_resume(self) -> Callable[[str], None] | None:
+        """For ``RunOptions.on_resume``: tell lifecycle handlers the run resumed."""
+        if not self.lifecycle:
+            return None
+
+        def resumed(checkpoint_id: str) -> None:
+            from bulksync.callbacks import GraphResumeEvent, announce
+
+            announce(self.lifecycle, GraphResumeEvent(self.run_id, "pending", checkpoint_id, ()))
+
+        return resumed
+
+    def paused(self, status: str, checkpoint_id: str, interrupts: Sequence[Any]) -> None:
+        """The run paused (on interrupts, or a breakpoint when ``status`` says so)."""
+        if not self.lifecycle or not (interrupts or status.startswith("interrupt")):
+            return
+        from bulksync.callbacks import GraphInterruptEvent, announce
+
+        # LangGraph's statuses: a breakpoint's own, "pending" for a node's interrupt.
+        shown = status if status in ("interrupt_before", "interrupt_after") else "pending"
+        event = GraphInterruptEvent(self.run_id, shown, checkpoint_id, (), tuple(interrupts))  # type: ignore[arg-type]
+        announce(self.lifecycle, event)
+
+    def ended(self, output: Any) -> None:
+        """The run finished (or paused) with ``output``."""
+        if self.traced is not None:
+            self.traced.end(output)
+
+    def failed(self, exc: BaseException) -> None:
+        """The run ended with ``exc`` (a caller stopping it: ``CancelledError``)."""
+        if self.traced is not None:
+            self.traced.error(exc)
+
+
+def _lifecycle_handlers(config: Mapping[str, Any]) -> list[Any]:
     """The graph lifecycle handlers (``bulksync.callbacks``) among a config's callbacks.
 
     A handler can only be one if that module is loaded, so a run without them never loads
@@ -88,27 +140,6 @@ def lifecycle_handlers(config: Mapping[str, Any]) -> list[Any]:
     from bulksync.callbacks import graph_handlers
 
     return list(graph_handlers(config))
-
-
-def announce_resume(handlers: list[Any], run_id: Any, checkpoint_id: str) -> None:
-    """Tell lifecycle ``handlers`` the run resumed from ``checkpoint_id``."""
-    from bulksync.callbacks import GraphResumeEvent, announce
-
-    announce(handlers, GraphResumeEvent(run_id, "pending", checkpoint_id, ()))
-
-
-def announce_interrupt(
-    handlers: list[Any], run_id: Any, status: str, checkpoint_id: str, interrupts: Any
-) -> None:
-    """Tell lifecycle ``handlers`` the run paused on ``interrupts``."""
-    from bulksync.callbacks import GraphInterruptEvent, announce
-
-    # LangGraph's statuses: a breakpoint's own, "pending" for a node's interrupt.
-    shown = status if status in ("interrupt_before", "interrupt_after") else "pending"
-    announce(
-        handlers,
-        GraphInterruptEvent(run_id, shown, checkpoint_id, (), tuple(interrupts)),  # type: ignore[arg-type]
-    )
 
 
 def with_handlers(callbacks: Any, handlers: Sequence[Any]) -> Any:
