@@ -146,20 +146,24 @@ class _SubgraphTracker(StreamTransformer):
         raise NotImplementedError
 
     def process(self, event: ProtocolEvent) -> bool:
-        if event["method"] == "tasks":
-            self._on_task_event(event)
-            return False
-        return True
+        if event["method"] != "tasks":
+            return True
+        for child, status, error in self._on_task_event(event):
+            self._ended(child, status, error)
+        return False
 
-    def _on_task_event(self, event: ProtocolEvent) -> None:
+    def _on_task_event(
+        self, event: ProtocolEvent
+    ) -> list[tuple[tuple[str, ...], SubgraphStatus, str | None]]:
+        """Note a task's start (a subgraph may start with it); the subgraphs that end with
+        a task's result, for the caller to end on its lane."""
         ns = tuple(event["params"]["namespace"])
         data = event["params"]["data"]
         if "result" in data:
-            for child, status, error in self._ends_of(ns, data):
-                self._ended(child, status, error)
-        else:
-            self._note_tool_call(data)
-            self._on_task_start(ns, data)
+            return self._ends_of(ns, data)
+        self._note_tool_call(data)
+        self._on_task_start(ns, data)
+        return []
 
     def _note_tool_call(self, data: dict[str, Any]) -> None:
         """Remember the tool call a task runs (a ``Send`` of one, or a list of them)."""
@@ -328,17 +332,10 @@ class SubgraphTransformer(_SubgraphTracker):
         return keep
 
     async def aprocess(self, event: ProtocolEvent) -> bool:
-        keep = True
-        if event["method"] == "tasks":
-            keep = False
-            ns = tuple(event["params"]["namespace"])
-            data = event["params"]["data"]
-            if "result" in data:
-                for child, status, error in self._ends_of(ns, data):
-                    await self._aended(child, status, error)
-            else:
-                self._note_tool_call(data)
-                self._on_task_start(ns, data)
+        keep = event["method"] != "tasks"
+        if not keep:
+            for child, status, error in self._on_task_event(event):
+                await self._aended(child, status, error)
         if (handle := self._handle_of(event)) is not None:
             handle._observe_event(event)
             await handle._mux.apush(event)

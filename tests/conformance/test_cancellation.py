@@ -38,6 +38,19 @@ class Sleeper:
         return {"value": 1}
 
 
+def _invoke_for_half_a_second(graph: Any) -> str:
+    """``ainvoke`` under a 0.5 s ``wait_for``: whether it timed out (cancelling the call)."""
+
+    async def main() -> str:
+        try:
+            await asyncio.wait_for(graph.ainvoke({"value": 0}), 0.5)
+        except TimeoutError:
+            return "timed out"
+        return "finished"
+
+    return asyncio.run(main())
+
+
 def breaking_off_astream(impl: Impl) -> Any:
     slow, later = Sleeper(3), Sleeper(0)
 
@@ -81,15 +94,7 @@ def cancelled_ainvoke(impl: Impl) -> Any:
     b.add_edge("slow", "later")
     graph = impl.compile(b)
 
-    async def main() -> Any:
-        try:
-            await asyncio.wait_for(graph.ainvoke({"value": 0}), 0.5)
-        except TimeoutError:
-            return "timed out"
-        return "finished"
-
-    outcome = asyncio.run(main())
-    return {"outcome": outcome, "slow": slow.seen, "later": later.seen}
+    return {"outcome": _invoke_for_half_a_second(graph), "slow": slow.seen, "later": later.seen}
 
 
 def test_cancelled_ainvoke(conform: Conform) -> None:
@@ -112,14 +117,7 @@ def cancelled_ainvoke_of_a_nested_graph(impl: Impl) -> Any:
     b.add_edge(impl.START, "invokes")
     graph = impl.compile(b)
 
-    async def main() -> Any:
-        try:
-            await asyncio.wait_for(graph.ainvoke({"value": 0}), 0.5)
-        except TimeoutError:
-            return "timed out"
-        return "finished"
-
-    return {"outcome": asyncio.run(main()), "inner": inner_node.seen}
+    return {"outcome": _invoke_for_half_a_second(graph), "inner": inner_node.seen}
 
 
 def test_cancelled_ainvoke_of_a_nested_graph(conform: Conform) -> None:
