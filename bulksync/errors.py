@@ -11,6 +11,7 @@
     ├── UnknownInterruptError      (also RuntimeError)
     ├── InvalidNamespaceError      (also ValueError)   a store namespace
     ├── NodeCancelledError                             a node raised asyncio.CancelledError
+    ├── NodeTimeoutError                               an attempt outran its TimeoutPolicy
     ├── EmptyChannelError
     ├── ConfigError                (also ValueError)   a setting, argument or option
     │   └── UsageError                                 the command line, shown as one line
@@ -46,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from bulksync.types import Command, Interrupt
@@ -111,6 +112,47 @@ class NodeCancelledError(BulkSyncError):
 
     def __str__(self) -> str:
         return f"Node {self.node!r} raised asyncio.CancelledError"
+
+
+class NodeTimeoutError(BulkSyncError):
+    """Raised when an attempt of a node or ``@task`` call outran its ``TimeoutPolicy``.
+
+    ``kind`` says which limit fired (``"run"``: the wall-clock cap; ``"idle"``: no progress
+    for that long) and ``timeout`` its seconds; ``run_timeout`` and ``idle_timeout`` are the
+    policy's. Not a ``TimeoutError``: like LangGraph's, the default retry policy retries it.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        elapsed: float,
+        kind: Literal["idle", "run"],
+        idle_timeout: float | None = None,
+        run_timeout: float | None = None,
+    ) -> None:
+        limit = idle_timeout if kind == "idle" else run_timeout if kind == "run" else None
+        if limit is None:
+            raise ValueError(f"NodeTimeoutError(kind={kind!r}) needs that kind's timeout.")
+        # Every field an argument, so the error rebuilds across the wire.
+        super().__init__(node, elapsed, kind, idle_timeout, run_timeout)
+        self.node = node
+        self.elapsed = elapsed
+        self.kind = kind
+        self.timeout = limit
+        self.idle_timeout = idle_timeout
+        self.run_timeout = run_timeout
+
+    def __str__(self) -> str:
+        if self.kind == "idle":
+            return (
+                f"Node '{self.node}' made no progress for its idle timeout of "
+                f"{self.timeout:.3f}s (elapsed: {self.elapsed:.3f}s); call runtime.heartbeat() "
+                "while it works, or raise idle_timeout."
+            )
+        return (
+            f"Node '{self.node}' ran past its run timeout of {self.timeout:.3f}s "
+            f"(elapsed: {self.elapsed:.3f}s)."
+        )
 
 
 class TaskError(BulkSyncError):
@@ -300,6 +342,16 @@ def node_error_message(node: str, detail: str, *, key: str | None = None) -> str
     """Format an error about ``node`` (and ``key``) so every message reads alike."""
     where = f"node '{node}'" + (f", key '{key}'" if key is not None else "")
     return f"{where}: {detail}"
+
+
+def sync_timeout_error(what: str) -> InvalidGraphError:
+    """The error for a timeout on ``what`` (``"Node 'x'"``, ``"Task 'y'"``) when it is sync."""
+    return InvalidGraphError(
+        f"{what} has a timeout, but timeouts are only supported for async nodes: a sync "
+        "function cannot be stopped once it runs. Make it `async def`, or drop the timeout "
+        "(on a cluster, the workers' task time limit, BULKSYNC_TASK_TIMEOUT, still stops any "
+        "task)."
+    )
 
 
 def describe_type(value: Any) -> str:

@@ -137,7 +137,8 @@ class Settings:
     )
     task_timeout: float | None = setting(
         group="cluster",
-        doc="default time limit of a node task (a node's own timeout= wins)",
+        doc="time limit of any node task on a cluster worker, sync nodes included (the "
+        "backstop behind an async node's own timeout=)",
         unit="seconds",
         shown="none",
     )

@@ -6,6 +6,7 @@ import dataclasses
 import random
 import warnings
 from collections.abc import Callable, Hashable, Sequence
+from datetime import timedelta
 from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeVar
 
 from bulksync.context import current_task
@@ -41,23 +42,85 @@ Durability = Literal["sync", "async", "exit"]
 All = Literal["*"]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class TimeoutPolicy:
+    """How long one attempt of an async node or ``@task`` call may take (LangGraph's).
+
+    ``run_timeout``: seconds from the attempt's start, never extended. ``idle_timeout``:
+    seconds without progress — ``runtime.heartbeat()``, and under ``refresh_on="auto"`` also
+    a stream write, a ``@task`` call started or a LangChain callback event of what the node
+    calls (a chat model's tokens). Past either, the attempt is cancelled and fails with
+    ``NodeTimeoutError`` (``workers/timeouts.py``). A plain number or ``timedelta`` given
+    where a policy is expected is a ``run_timeout``.
+    """
+
+    run_timeout: float | timedelta | None = None
+    idle_timeout: float | timedelta | None = None
+    refresh_on: Literal["auto", "heartbeat"] = "auto"
+
+    @classmethod
+    def coerce(cls, value: float | timedelta | TimeoutPolicy | None) -> TimeoutPolicy | None:
+        """``value`` as a policy in seconds (None for no timeout).
+
+        Raises:
+            ValueError: a timeout is not greater than 0, or ``refresh_on`` is unknown.
+        """
+        if value is None:
+            return None
+        policy = value if isinstance(value, TimeoutPolicy) else cls(run_timeout=value)
+        if policy.refresh_on not in ("auto", "heartbeat"):
+            raise ValueError(
+                f"TimeoutPolicy(refresh_on={policy.refresh_on!r}): use 'auto' or 'heartbeat'."
+            )
+        run = _seconds(policy.run_timeout, "run_timeout")
+        idle = _seconds(policy.idle_timeout, "idle_timeout")
+        if run is None and idle is None:
+            return None
+        if (run, idle) == (policy.run_timeout, policy.idle_timeout):
+            return policy  # already in seconds: the same (immutable) object
+        return cls(run_timeout=run, idle_timeout=idle, refresh_on=policy.refresh_on)
+
+
+def _seconds(value: float | timedelta | None, field: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
+        raise ValueError(f"{field} must be a number of seconds or a timedelta, got {value!r}.")
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if not seconds > 0:
+        raise ValueError(f"{field} must be greater than 0 seconds, got {value!r}.")
+    return seconds
+
+
 class Send:
-    """A message to run ``node`` once with ``arg`` as its input, in the next step (a PUSH task)."""
+    """A message to run ``node`` once with ``arg`` as its input, in the next step (a PUSH task).
 
-    __slots__ = ("node", "arg")
+    ``timeout`` (a ``TimeoutPolicy``, or seconds) replaces the node's own for this task.
+    """
 
-    def __init__(self, node: str, arg: Any) -> None:
+    __slots__ = ("node", "arg", "timeout")
+
+    def __init__(
+        self, node: str, arg: Any, *, timeout: float | timedelta | TimeoutPolicy | None = None
+    ) -> None:
         self.node = node
         self.arg = arg
+        self.timeout = TimeoutPolicy.coerce(timeout)
 
     def __hash__(self) -> int:
-        return hash((self.node, repr(self.arg)))
+        return hash((self.node, repr(self.arg), self.timeout))
 
     def __repr__(self) -> str:
-        return f"Send(node={self.node!r}, arg={self.arg!r})"
+        if self.timeout is None:
+            return f"Send(node={self.node!r}, arg={self.arg!r})"
+        return f"Send(node={self.node!r}, arg={self.arg!r}, timeout={self.timeout!r})"
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Send) and (self.node, self.arg) == (other.node, other.arg)
+        return isinstance(other, Send) and (self.node, self.arg, self.timeout) == (
+            other.node,
+            other.arg,
+            other.timeout,
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ Extension codes; each payload is itself msgpack, so values nest::
      3 frozenset    [items]               22 Pydantic v2   ["mod:Qual", {field: value},
      4 datetime     [iso, zone, fold]                       extra | None, [fields set]]
      5 date         iso                   23 NamedTuple    ["mod:Qual", [items]]
-     6 time         [iso, zone, fold]     30 Send          [node, arg]
+     6 time         [iso, zone, fold]     30 Send          [node, arg, timeout?]
      7 timedelta    [days, secs, us]      31 Interrupt     [value, id, schema?]
      8 UUID         16 bytes              32 Command       [graph, update, resume, goto]
      9 Decimal      str                   33 Overwrite     value
@@ -26,6 +26,7 @@ Extension codes; each payload is itself msgpack, so values nest::
     13 complex      [real, imag]
     14 Fraction     [numerator, denominator]
 
+A Send's ``timeout`` is ``[run_timeout, idle_timeout, refresh_on]`` (when it has one).
 ``zone`` is the IANA key of a ``zoneinfo.ZoneInfo`` (else ``None``: the ISO text keeps the
 offset). Subclasses of ``str``, ``int``, ``float``, ``list`` and ``dict`` that are none of the
 above are stored as their base type, and ``bytearray``/``memoryview`` as ``bytes`` (msgpack
@@ -52,14 +53,14 @@ import json
 import sys
 import uuid
 import zoneinfo
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import msgpack
 
 from bulksync.checkpoint.base import Checkpoint, Serde
 from bulksync.errors import SerializationError, StoredError, describe_type
-from bulksync.types import Command, Interrupt, Overwrite, Send
+from bulksync.types import Command, Interrupt, Overwrite, Send, TimeoutPolicy
 
 C = TypeVar("C", bound=type)
 
@@ -204,6 +205,19 @@ def _model_fields(value: Any) -> dict[str, Any]:
     return {name: getattr(value, name) for name in type(value).model_fields}
 
 
+def pack_timeout(policy: TimeoutPolicy | None) -> list[Any]:
+    """A timeout as the optional last field of a record (a Send, a task descriptor): none
+    without one, else ``[run_timeout, idle_timeout, refresh_on]``."""
+    if policy is None:
+        return []
+    return [[policy.run_timeout, policy.idle_timeout, policy.refresh_on]]
+
+
+def unpack_timeout(rest: Sequence[Any]) -> TimeoutPolicy | None:
+    """The timeout ``pack_timeout`` wrote, from the record's fields after the fixed ones."""
+    return TimeoutPolicy(*rest[0]) if rest else None
+
+
 # Exact types only: subclasses (IntEnum, bool, NamedTuple, ...) are matched after, by kind.
 _ENCODERS: dict[type, Callable[[Any], tuple[int, Any]]] = {
     tuple: lambda v: (EXT_TUPLE, list(v)),
@@ -219,7 +233,7 @@ _ENCODERS: dict[type, Callable[[Any], tuple[int, Any]]] = {
     collections.deque: lambda v: (EXT_DEQUE, [list(v), v.maxlen]),
     complex: lambda v: (EXT_COMPLEX, [v.real, v.imag]),
     fractions.Fraction: lambda v: (EXT_FRACTION, [v.numerator, v.denominator]),
-    Send: lambda v: (EXT_SEND, [v.node, v.arg]),
+    Send: lambda v: (EXT_SEND, [v.node, v.arg, *pack_timeout(v.timeout)]),
     Interrupt: lambda v: (
         EXT_INTERRUPT,
         [v.value, v.id] if v.response_schema is None else [v.value, v.id, v.response_schema],
@@ -243,7 +257,7 @@ _DECODERS: dict[int, Callable[[Any], Any]] = {
     EXT_DEQUE: lambda p: collections.deque(p[0], p[1]),
     EXT_COMPLEX: lambda p: complex(p[0], p[1]),
     EXT_FRACTION: lambda p: fractions.Fraction(p[0], p[1]),
-    EXT_SEND: lambda p: Send(p[0], p[1]),
+    EXT_SEND: lambda p: Send(p[0], p[1], timeout=unpack_timeout(p[2:])),
     EXT_INTERRUPT: lambda p: Interrupt(p[0], p[1], p[2] if len(p) > 2 else None),
     EXT_COMMAND: lambda p: Command(graph=p[0], update=p[1], resume=p[2], goto=p[3]),
     EXT_OVERWRITE: Overwrite,

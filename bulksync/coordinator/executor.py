@@ -142,7 +142,7 @@ class Executor(Protocol):
     """Runs a step's tasks and delivers exactly one result per task, in completion order.
 
     A task stopped by ``StepHandle.cancel`` (or by the run being cancelled) is delivered with
-    ``error=TaskCancelledError``; a task that outran its node's timeout with
+    ``error=TaskCancelledError``; a task that outran the executor's task time limit with
     ``TaskTimeoutError``.
     """
 

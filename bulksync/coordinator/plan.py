@@ -19,7 +19,7 @@ from bulksync.constants import INTERRUPT, NS_END, NS_SEP, PULL, PUSH, TASKS
 from bulksync.coordinator.spec import GraphSpec, NodeSpec
 from bulksync.errors import InvalidGraphError
 from bulksync.ids import task_id
-from bulksync.types import Send
+from bulksync.types import Send, TimeoutPolicy
 
 Channels = Mapping[str, BaseChannel[Any, Any]]
 
@@ -39,6 +39,8 @@ class Task:
     triggers: tuple[str, ...]
     step: int
     checkpoint_ns: str
+    timeout: TimeoutPolicy | None = None
+    """A ``Send``'s own timeout, which replaces its node's (``workers/timeouts.py``)."""
 
     @property
     def is_push(self) -> bool:
@@ -133,6 +135,7 @@ def push_tasks(
                 triggers=(PUSH,),
                 step=step,
                 checkpoint_ns=f"{ns}{NS_END}{tid}",
+                timeout=send.timeout,
             )
         )
     return tasks

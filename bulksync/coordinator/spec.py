@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from bulksync.channels.base import BaseChannel
 from bulksync.checkpoint.base import CheckpointSaver
-from bulksync.types import RetryPolicy, StateSnapshot
+from bulksync.types import RetryPolicy, StateSnapshot, TimeoutPolicy
 
 if TYPE_CHECKING:
     from bulksync.coordinator.executor import Executor
@@ -77,7 +77,7 @@ class NodeSpec:
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     tags: tuple[str, ...] = ()
     queue: str | None = None
-    timeout: float | None = None
+    timeout: TimeoutPolicy | None = None
     is_async: bool = False
     managed: tuple[str, ...] = ()
     """Managed keys (``bulksync.managed``) the node's input holds besides its channels."""

@@ -14,18 +14,20 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any, Generic, TypeVar, get_args, get_origin
 
 from bulksync.channels.ephemeral_value import EphemeralValue
 from bulksync.channels.last_value import LastValue
 from bulksync.constants import END, PREVIOUS, START
 from bulksync.coordinator.spec import GraphSpec, NodeSpec, ReadState, Write
+from bulksync.errors import sync_timeout_error
 from bulksync.graph.compiled import CompiledStateGraph
 from bulksync.graph.drawing import DrawableGraph, DrawEdge
 from bulksync.graph.langchain_graph import langchain_available, to_langchain_graph
 from bulksync.graph.schema import injecting_call, is_async_callable
 from bulksync.graph.state import check_checkpointer
-from bulksync.types import RetryPolicy
+from bulksync.types import RetryPolicy, TimeoutPolicy
 from bulksync.warnings import LangGraphDeprecatedSinceV05, LangGraphDeprecatedSinceV10
 
 R = TypeVar("R")
@@ -51,8 +53,14 @@ class entrypoint:
         context_schema: Any = None,
         cache_policy: Any = None,
         retry_policy: RetryPolicy | Sequence[RetryPolicy] | None = None,
+        timeout: float | timedelta | TimeoutPolicy | None = None,
         **kwargs: Any,
     ) -> None:
+        """``timeout`` times each attempt of an async entrypoint (``TimeoutPolicy``).
+
+        Raises:
+            ValueError: a timeout is not greater than 0.
+        """
         if "config_schema" in kwargs:
             _deprecated(LangGraphDeprecatedSinceV10, "config_schema", "context_schema")
             context_schema = context_schema or kwargs.pop("config_schema")
@@ -67,6 +75,7 @@ class entrypoint:
         self.cache = cache
         self.context_schema = context_schema
         self.cache_policy = cache_policy
+        self.timeout = TimeoutPolicy.coerce(timeout)
         self.retry_policy: tuple[RetryPolicy, ...] = (
             ()
             if retry_policy is None
@@ -80,7 +89,8 @@ class entrypoint:
 
         Raises:
             NotImplementedError: for a generator function (LangGraph's error).
-            ValueError: for a function without parameters (it takes the input).
+            ValueError: for a function without parameters (it takes the input), or a
+                timeout on a sync function (it could not be stopped).
             TypeError: for a return annotation ``entrypoint.final[X]`` missing the save type.
         """
         if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
@@ -94,6 +104,8 @@ class entrypoint:
             input_type = Any
         output_type, save_type = _final_types(signature.return_annotation)
         name = getattr(func, "__name__", type(func).__name__)
+        if self.timeout is not None and not is_async_callable(func):
+            raise sync_timeout_error(f"Entrypoint '{name}'")
         builder = EntrypointBuilder(
             func, name, input_type, output_type, save_type, self.context_schema
         )
@@ -104,6 +116,7 @@ class entrypoint:
             run=injecting_call(func),
             writer=_write_final,
             retry_policy=self.retry_policy,
+            timeout=self.timeout,
             is_async=is_async_callable(func),
         )
         spec = GraphSpec(

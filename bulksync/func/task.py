@@ -11,10 +11,13 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from bulksync.context import maybe_current_task
-from bulksync.types import RetryPolicy
+from bulksync.errors import sync_timeout_error
+from bulksync.graph.schema import is_async_callable
+from bulksync.types import RetryPolicy, TimeoutPolicy
 from bulksync.warnings import LangGraphDeprecatedSinceV05
 
 P = ParamSpec("P")
@@ -31,11 +34,15 @@ class TaskFunction(Generic[P, T]):
         name: str | None,
         retry_policy: Sequence[RetryPolicy],
         cache_policy: Any = None,
+        timeout: TimeoutPolicy | None = None,
     ) -> None:
         self.func = func
         self.name = name or _name_of(func)
         self.retry_policy = tuple(retry_policy)
         self.cache_policy = cache_policy
+        self.timeout = timeout
+        if timeout is not None and not is_async_callable(func):
+            raise sync_timeout_error(f"Task '{self.name}'")
         functools.update_wrapper(self, func)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any:
@@ -51,7 +58,12 @@ class TaskFunction(Generic[P, T]):
                 "called from within an @entrypoint or a node of a StateGraph that bulksync runs."
             )
         return ctx.calls.submit(
-            self.func, args, kwargs, name=self.name, retry_policy=self.retry_policy
+            self.func,
+            args,
+            kwargs,
+            name=self.name,
+            retry_policy=self.retry_policy,
+            timeout=self.timeout,
         )
 
     def clear_cache(self, cache: Any) -> None:
@@ -67,11 +79,16 @@ def task(
     name: str | None = None,
     retry_policy: RetryPolicy | Sequence[RetryPolicy] | None = None,
     cache_policy: Any = None,
+    timeout: float | timedelta | TimeoutPolicy | None = None,
     **kwargs: Any,
 ) -> Any:
     """Make a function a task (``@task`` or ``@task(name=..., retry_policy=...)``).
 
+    ``timeout`` times each attempt of an async task's calls (``TimeoutPolicy``).
     ``retry=`` is LangGraph's deprecated name of ``retry_policy`` (it warns, as there).
+
+    Raises:
+        ValueError: a timeout is not greater than 0, or is given for a sync function.
     """
     if "retry" in kwargs:
         warnings.warn(
@@ -90,9 +107,12 @@ def task(
         if isinstance(retry_policy, RetryPolicy)
         else retry_policy
     )
+    policy = TimeoutPolicy.coerce(timeout)
 
     def decorate(func: Callable[..., Any]) -> TaskFunction[Any, Any]:
-        return TaskFunction(func, name=name, retry_policy=policies, cache_policy=cache_policy)
+        return TaskFunction(
+            func, name=name, retry_policy=policies, cache_policy=cache_policy, timeout=policy
+        )
 
     return decorate(__func_or_none__) if __func_or_none__ is not None else decorate
 

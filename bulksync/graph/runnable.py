@@ -26,12 +26,11 @@ def runnable_name(action: Any) -> str:
     return str(action.get_name())
 
 
-def runnable_call(action: Any) -> Callable[..., Any]:
-    """A node function calling the Runnable ``action`` with the state and the node's config."""
-    only_async = not callable(getattr(action, "func", None)) and callable(
-        getattr(action, "afunc", None)
-    )
-    if only_async:
+def runnable_call(action: Any, *, prefer_async: bool = False) -> Callable[..., Any]:
+    """A node function calling the Runnable ``action`` with the state and the node's config:
+    its ``ainvoke`` when it has only an async function, or when ``prefer_async`` (a timed
+    node) and it has one of its own; else its ``invoke``."""
+    if _only_async(action) or (prefer_async and _native_async(action)):
 
         async def call_async(state: Any, config: Any) -> Any:
             return await action.ainvoke(state, config)
@@ -42,3 +41,16 @@ def runnable_call(action: Any) -> Callable[..., Any]:
         return action.invoke(state, config)
 
     return call
+
+
+def _only_async(action: Any) -> bool:
+    return not callable(getattr(action, "func", None)) and callable(getattr(action, "afunc", None))
+
+
+def _native_async(action: Any) -> bool:
+    """Whether ``action``'s ``ainvoke`` is its own (a ``RunnableLambda`` given an async
+    function, or a class that overrides it), not the base's ``invoke`` run on a thread."""
+    base = sys.modules["langchain_core.runnables.base"]
+    if isinstance(action, base.RunnableLambda):
+        return callable(getattr(action, "afunc", None))
+    return type(action).ainvoke is not base.Runnable.ainvoke

@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import warnings
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from bulksync.channels.base import BaseChannel
@@ -38,7 +39,7 @@ from bulksync.graph.validation import check_reachable, check_structure
 from bulksync.graph.writers import compile_nodes
 from bulksync.settings import env_setting
 from bulksync.stream.events import transformer_factories
-from bulksync.types import RetryPolicy
+from bulksync.types import RetryPolicy, TimeoutPolicy
 from bulksync.warnings import LangGraphDeprecatedSinceV05, LangGraphDeprecatedSinceV10
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class StateNodeSpec:
     ends: tuple[str, ...] | dict[str, str] = ()
     defer: bool = False
     queue: str | None = None
-    timeout: float | None = None
+    timeout: TimeoutPolicy | None = None
     routes_anywhere: bool = False
     error_handler: Any = None
     """Runs instead when the node fails for good (``add_node(error_handler=...)``)."""
@@ -167,7 +168,7 @@ class StateGraph(Generic[StateT]):
         retry_policy: RetryPolicy | Sequence[RetryPolicy] | None = None,
         destinations: dict[str, str] | tuple[str, ...] | None = None,
         queue: str | None = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | TimeoutPolicy | None = None,
         retry: RetryPolicy | Sequence[RetryPolicy] | None = None,
         input: Any = None,
         error_handler: Any = None,
@@ -179,13 +180,14 @@ class StateGraph(Generic[StateT]):
         ``Command`` is applied instead of the node's.
 
         Called with the action alone, the name is its ``__name__``, class name or graph name.
-        ``queue`` (bulksync only) routes the node's tasks to a worker pool; ``timeout``
-        (bulksync only, seconds) fails a task of the node that runs longer on a cluster
-        worker with ``TaskTimeoutError``.
+        ``queue`` (bulksync only) routes the node's tasks to a worker pool. ``timeout``
+        (LangGraph's: a ``TimeoutPolicy``, or seconds of ``run_timeout``) fails an attempt of
+        an async node that outruns it with ``NodeTimeoutError``, in-process and on a cluster
+        alike; ``compile`` refuses it on a sync node, which cannot be stopped.
 
         Raises:
-            InvalidGraphError: the name is taken or reserved, there is no action, or the
-                timeout is not a positive number.
+            InvalidGraphError: the name is taken or reserved, there is no action, or a
+                timeout is not greater than 0.
         """
         retry_policy = _renamed("retry", retry, "retry_policy", retry_policy)
         input_schema = _renamed("input", input, "input_schema", input_schema)
@@ -194,15 +196,11 @@ class StateGraph(Generic[StateT]):
         if action is None:
             raise InvalidGraphError(f"add_node('{node}'): pass the function the node runs.")
         if is_runnable(action) and not isinstance(getattr(action, "spec", None), GraphSpec):
-            action = runnable_call(action)  # called with the state and the node's config
+            # Called with the state and the node's config; a timed one through its async
+            # side if it has one (only a coroutine can be stopped).
+            action = runnable_call(action, prefer_async=timeout is not None)
         _check_node_name(node, self.nodes)
-        if timeout is not None and (
-            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
-        ):
-            raise InvalidGraphError(
-                f"add_node('{node}'): timeout must be a positive number of seconds, "
-                f"got {timeout!r}."
-            )
+        policy = _timeout_policy(f"add_node('{node}')", timeout)
         if self.compiled:
             logger.warning("Adding a node to a compiled graph; recompile to include it.")
         subgraph = action if isinstance(getattr(action, "spec", None), GraphSpec) else None
@@ -222,7 +220,7 @@ class StateGraph(Generic[StateT]):
             ends=ends or (),
             defer=defer,
             queue=queue,
-            timeout=timeout,
+            timeout=policy,
             routes_anywhere=subgraph is not None or (not ends and may_return_command(returned)),
             error_handler=error_handler,
         )
@@ -233,7 +231,7 @@ class StateGraph(Generic[StateT]):
         *,
         retry_policy: RetryPolicy | Sequence[RetryPolicy] | None = None,
         error_handler: Any = None,
-        timeout: float | None = None,
+        timeout: float | timedelta | TimeoutPolicy | None = None,
         cache_policy: Any = None,
     ) -> Self:
         """Policies for every node that sets none of its own, applied at ``compile``
@@ -252,7 +250,7 @@ class StateGraph(Generic[StateT]):
         if error_handler is not None:
             self.node_defaults["error_handler"] = error_handler
         if timeout is not None:
-            self.node_defaults["timeout"] = timeout
+            self.node_defaults["timeout"] = _timeout_policy("set_node_defaults()", timeout)
         return self
 
     def add_edge(self, start_key: str | Sequence[str], end_key: str) -> Self:
@@ -453,6 +451,14 @@ def _check_node_name(name: str, nodes: Mapping[str, Any]) -> None:
             raise InvalidGraphError(
                 f"'{character}' is a reserved character and is not allowed in the node names."
             )
+
+
+def _timeout_policy(where: str, timeout: Any) -> TimeoutPolicy | None:
+    """``timeout`` as a policy, or an error naming ``where`` it was given."""
+    try:
+        return TimeoutPolicy.coerce(timeout)
+    except ValueError as exc:
+        raise InvalidGraphError(f"{where}: {exc}") from None
 
 
 def _retry_policies(policy: RetryPolicy | Sequence[RetryPolicy] | None) -> tuple[RetryPolicy, ...]:

@@ -30,11 +30,17 @@ from bulksync.channels.named_barrier_value import NamedBarrierValue, NamedBarrie
 from bulksync.channels.topic import Topic
 from bulksync.constants import END, START, TASKS
 from bulksync.coordinator.spec import ErrorHandler, NodeSpec, NodeWriter, ReadState, Write
-from bulksync.errors import InvalidUpdateError, ParentCommand, node_error_message
+from bulksync.errors import (
+    InvalidGraphError,
+    InvalidUpdateError,
+    ParentCommand,
+    node_error_message,
+    sync_timeout_error,
+)
 from bulksync.graph.branch import Branch, check_destination, warn_once
 from bulksync.graph.runnable import is_runnable, runnable_call
 from bulksync.graph.schema import ROOT, injecting_call, is_pydantic_model, schema_mapper
-from bulksync.types import Command, RetryPolicy, Send
+from bulksync.types import Command, RetryPolicy, Send, TimeoutPolicy
 
 if TYPE_CHECKING:
     from bulksync.graph.state import StateGraph
@@ -334,7 +340,7 @@ def compile_nodes(
             retry_policy=retry_policy,
             metadata=dict(node.metadata or {}),
             queue=node.queue,
-            timeout=node.timeout if node.timeout is not None else defaults.get("timeout"),
+            timeout=_timeout(key, node, defaults.get("timeout")),
             is_async=node.is_async,
             managed=tuple(builder.managed_of[node.input_schema]),
             error_handler=_error_handler(
@@ -346,6 +352,24 @@ def compile_nodes(
             ),
         )
     return channels, nodes
+
+
+def _timeout(key: str, node: Any, default: TimeoutPolicy | None) -> TimeoutPolicy | None:
+    """The node's timeout (its own, else the builder's default).
+
+    Raises:
+        InvalidGraphError: the node has one but is sync or a subgraph: only a coroutine can
+            be stopped (as in LangGraph), and bulksync times no subgraph node yet.
+    """
+    policy = node.timeout if node.timeout is not None else default
+    if policy is None or node.is_async:
+        return policy
+    if node.subgraph is not None:
+        raise InvalidGraphError(
+            f"Node '{key}' is a subgraph with a timeout: bulksync does not time a subgraph "
+            "node yet. Set the timeout on the subgraph's own async nodes instead."
+        )
+    raise sync_timeout_error(f"Node '{key}'")
 
 
 def _error_handler(

@@ -34,12 +34,14 @@ from bulksync.coordinator.spec import Write
 from bulksync.coordinator.stream import task_path_key
 from bulksync.errors import GraphInterrupt
 from bulksync.ids import task_id
-from bulksync.types import RetryPolicy
+from bulksync.types import RetryPolicy, TimeoutPolicy
 from bulksync.workers.cancel_scope import run_coroutine
 from bulksync.workers.messages import listening
+from bulksync.workers.timeouts import AttemptClock, run_timed
 
-ContextFor = Callable[[Task, list[Write]], TaskContext]
-"""Builds the context a call runs in: its task, and the list its ``__resume__`` writes go to."""
+ContextFor = Callable[[Task, list[Write], AttemptClock | None], TaskContext]
+"""Builds the context a call runs in: its task, the list its ``__resume__`` writes go to, and
+the clock of its attempt if it is timed."""
 
 
 class CallLog:
@@ -70,12 +72,15 @@ class Calls:
         context_for: ContextFor,
         log: CallLog,
         emit: Callable[[dict[str, Any]], None],
+        started: Callable[[], None] | None = None,
     ) -> None:
         self.caller = caller
         self.returns = returns
         self.context_for = context_for
         self.log = log
         self.emit = emit
+        self.started = started
+        """Told of each call started (progress of the caller's timed attempt)."""
         self._index = itertools.count()
         self._running: list[concurrent.futures.Future[Any]] = []
 
@@ -96,13 +101,16 @@ class Calls:
         *,
         name: str,
         retry_policy: Sequence[RetryPolicy] = (),
+        timeout: TimeoutPolicy | None = None,
     ) -> Any:
         """Start ``func(*args, **kwargs)`` as a call named ``name``; a future of its result.
 
         From a coroutine, the future is awaitable (an ``asyncio`` future); else it is a
         ``concurrent.futures.Future`` (``.result()`` blocks).
         """
-        task = call_task(self.caller, name, next(self._index))
+        if self.started is not None:
+            self.started()
+        task = call_task(self.caller, name, next(self._index), timeout)
         loop = _running_loop()
         if task.id in self.returns:  # finished in an earlier attempt: not run again
             return _done(self.returns[task.id], loop)
@@ -115,9 +123,9 @@ class Calls:
         return asyncio.wrap_future(future, loop=loop) if loop is not None else future
 
 
-def call_task(caller: Task, name: str, index: int) -> Task:
+def call_task(caller: Task, name: str, index: int, timeout: TimeoutPolicy | None = None) -> Task:
     """The task of ``caller``'s ``index``-th call, named ``name`` (a sibling of the caller in
-    its graph: same step, namespace under the caller's graph)."""
+    its graph: same step, namespace under the caller's graph), timed by ``timeout``."""
     tid = task_id(caller.id, "call", name, str(index))
     graph_ns = caller.checkpoint_ns.rpartition(NS_SEP)[0]
     own = f"{name}:{tid}"
@@ -129,6 +137,7 @@ def call_task(caller: Task, name: str, index: int) -> Task:
         triggers=("__pregel_push",),
         step=caller.step,
         checkpoint_ns=f"{graph_ns}{NS_SEP}{own}" if graph_ns else own,
+        timeout=timeout,
     )
 
 
@@ -157,12 +166,12 @@ class _CallRun:
         while True:
             attempt += 1
             resumes: list[Write] = []
-            ctx, nested = self._context(resumes)
+            ctx, nested, clock = self._context(resumes)
             try:
                 with task_context(ctx), listening(ctx.config):
                     value = self.func(*self.args, **self.kwargs)
                     if inspect.isawaitable(value):
-                        value = run_coroutine(value)
+                        value = run_coroutine(self._timed(value, clock))
                 nested.join()  # its own calls end before it does
             except BaseException as exc:
                 delay = self._backoff(exc, attempt)
@@ -182,11 +191,11 @@ class _CallRun:
         while True:
             attempt += 1
             resumes: list[Write] = []
-            ctx, nested = self._context(resumes)
+            ctx, nested, clock = self._context(resumes)
             try:
                 # An asyncio task has its own copy of the context: these stay in it.
                 with task_context(ctx), listening(ctx.config):
-                    value = await self.func(*self.args, **self.kwargs)
+                    value = await self._timed(self.func(*self.args, **self.kwargs), clock)
                 await asyncio.to_thread(nested.join)  # its calls on threads end before it does
             except BaseException as exc:
                 delay = self._backoff(exc, attempt)
@@ -198,12 +207,19 @@ class _CallRun:
             self._ended(resumes, None, value)
             return value
 
-    def _context(self, resumes: list[Write]) -> tuple[TaskContext, Calls]:
-        ctx = self.calls.context_for(self.task, resumes)
+    def _context(self, resumes: list[Write]) -> tuple[TaskContext, Calls, AttemptClock | None]:
+        """An attempt's context, the calls it starts, and its clock if the call is timed."""
+        policy = self.task.timeout
+        clock = AttemptClock(policy) if policy is not None else None
+        ctx = self.calls.context_for(self.task, resumes, clock)
         calls = self.calls
-        nested = Calls(self.task, calls.returns, calls.context_for, calls.log, calls.emit)
+        started = clock.progress if clock is not None else None
+        nested = Calls(self.task, calls.returns, calls.context_for, calls.log, calls.emit, started)
         ctx.calls = nested
-        return ctx, nested
+        return ctx, nested, clock
+
+    def _timed(self, awaitable: Any, clock: AttemptClock | None) -> Any:
+        return awaitable if clock is None else run_timed(awaitable, clock, self.task.name)
 
     def _backoff(self, exc: BaseException, attempt: int) -> float | None:
         """The seconds to wait before retrying after ``exc``; None when no policy retries."""

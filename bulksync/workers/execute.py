@@ -36,6 +36,7 @@ from bulksync.runtime import ExecutionInfo, Runtime
 from bulksync.workers.calls import CallLog, Calls
 from bulksync.workers.cancel_scope import current_scope, run_coroutine
 from bulksync.workers.messages import MessageStream, listening, message_stream
+from bulksync.workers.timeouts import AttemptClock, progress_handler, run_timed
 from bulksync.workers.tool_events import tool_events
 from bulksync.workers.tracing import TracedRun, with_handlers
 
@@ -72,13 +73,14 @@ def resume_answers(task: Task, step: StepInput) -> list[Any]:
     return answers
 
 
-def call_node(node: NodeSpec, value: Any) -> Any:
+def call_node(node: NodeSpec, value: Any, clock: AttemptClock | None = None) -> Any:
     """Run the node's function; a coroutine is run to completion on a private event loop
-    (cancelled with the task's step: ``cancel_scope.py``)."""
+    (cancelled with the task's step: ``cancel_scope.py``), within ``clock``'s limits if
+    the attempt is timed (``timeouts.py``)."""
     assert node.run is not None, f"node '{node.name}' is a subgraph; the loop runs it"
     result = node.run(value)
     if inspect.isawaitable(result):
-        return run_coroutine(result)
+        return run_coroutine(result if clock is None else run_timed(result, clock, node.name))
     return result
 
 
@@ -89,10 +91,11 @@ def _attempt(
     read: StateReader,
     messages: MessageStream | None,
     traced: TracedRun | None,
+    clock: AttemptClock | None,
 ) -> list[Write]:
     with task_context(ctx), listening(ctx.config):
         try:
-            output = call_node(node, task.input)
+            output = call_node(node, task.input, clock)
             if messages is not None:
                 messages.node_output(output)
             writes = node.writer(output, read)
@@ -142,14 +145,18 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
     while True:
         attempt += 1
         resumes: list[Write] = []
-        ctx = _attempt_context(step, live, task, resumes, null_resume, (attempt, first_attempt))
+        timeout = task.timeout or node.timeout  # a Send's own, else its node's
+        clock = AttemptClock(timeout) if timeout is not None else None
+        ctx = _attempt_context(
+            step, live, task, resumes, null_resume, (attempt, first_attempt), clock
+        )
         ctx.node_error = node_error
-        callbacks, traced = _task_callbacks(ctx.config, task, handlers)
+        callbacks, traced = _task_callbacks(ctx.config, task, _timed(handlers, clock))
         if callbacks is not None:
             ctx.config["callbacks"] = callbacks
-        ctx.calls = calls = _calls(step, live, task, null_resume, handlers)
+        ctx.calls = calls = _calls(step, live, task, null_resume, handlers, clock)
         try:
-            writes = _attempt(node, task, ctx, read, messages, traced)
+            writes = _attempt(node, task, ctx, read, messages, traced, clock)
             return TaskResult(
                 task.id,
                 tuple(_last_resume(resumes) + writes),
@@ -194,6 +201,7 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
                     writer=handler.writer,
                     retry_policy=handler.retry_policy,
                     error_handler=None,
+                    timeout=None,
                 )
                 continue
             calls.join()  # the failed attempt's calls end before the next attempt
@@ -214,8 +222,10 @@ def _attempt_context(
     resumes: list[Write],
     null_resume: NullResume,
     attempt: tuple[int, float],
+    clock: AttemptClock | None = None,
 ) -> TaskContext:
-    """The context one attempt of ``task`` (a node's, or a ``@task`` call's) runs in."""
+    """The context one attempt of ``task`` (a node's, or a ``@task`` call's) runs in; a
+    timed attempt's stream writes and heartbeats are its ``clock``'s progress."""
     pad = Scratchpad(
         task_ns=task.checkpoint_ns,
         step=task.step,
@@ -224,8 +234,12 @@ def _attempt_context(
         null_resume=null_resume,
     )
     config = task_config(step, task)
-    writer = functools.partial(live.sink, step.namespace, "custom")
+    writer: Callable[[Any], None] = functools.partial(live.sink, step.namespace, "custom")
+    if clock is not None:
+        writer = clock.guard(writer)
     runtime = _runtime(step, task, config, writer, *attempt, live=live)
+    if clock is not None:
+        runtime = runtime.override(heartbeat=clock.heartbeat)
     # Where LangGraph's own runnables used as nodes (langgraph.prebuilt's ToolNode, …) look
     # for the runtime they inject into tools: a name of LangGraph's config, read, not shipped.
     config["configurable"][LANGGRAPH_RUNTIME_KEY] = runtime
@@ -240,25 +254,39 @@ def _attempt_context(
 
 
 def _calls(
-    step: StepInput, live: StepLive, task: Task, null_resume: NullResume, handlers: list[Any]
+    step: StepInput,
+    live: StepLive,
+    task: Task,
+    null_resume: NullResume,
+    handlers: list[Any],
+    clock: AttemptClock | None,
 ) -> Calls:
     """What starts ``task``'s ``@task`` calls: each in a context of its own, sharing the
     task's level of the run-wide resume answer (a call that takes it, the task took) and
-    its stream handlers (a tool called in a call streams as one called in the node)."""
+    its stream handlers (a tool called in a call streams as one called in the node). A call
+    started is progress of the task's timed attempt (``clock``)."""
     modes = step.nesting.modes if step.nesting is not None else ("updates",)
 
-    def context_for(call: Task, resumes: list[Write]) -> TaskContext:
+    def context_for(call: Task, resumes: list[Write], timed: AttemptClock | None) -> TaskContext:
         own = NullResume(None, null_resume)
-        ctx = _attempt_context(step, live, call, resumes, own, (1, time.time()))
-        if handlers:
-            ctx.config["callbacks"] = with_handlers(ctx.config.get("callbacks"), handlers)
+        ctx = _attempt_context(step, live, call, resumes, own, (1, time.time()), timed)
+        call_handlers = _timed(handlers, timed)
+        if call_handlers:
+            ctx.config["callbacks"] = with_handlers(ctx.config.get("callbacks"), call_handlers)
         return ctx
 
     def emit(update: dict[str, Any]) -> None:
         if "updates" in modes:
             live.sink(step.namespace, "updates", update)
 
-    return Calls(task, step.returns, context_for, CallLog(), emit)
+    started = clock.progress if clock is not None else None
+    return Calls(task, step.returns, context_for, CallLog(), emit, started)
+
+
+def _timed(handlers: list[Any], clock: AttemptClock | None) -> list[Any]:
+    """``handlers``, plus the one that counts callback events as a timed attempt's progress."""
+    handler = progress_handler(clock) if clock is not None else None
+    return handlers if handler is None else [*handlers, handler]
 
 
 def _runtime(
@@ -303,6 +331,8 @@ def _message_stream(step: StepInput, task: Task, live: StepLive) -> MessageStrea
     """The task's ``messages`` stream, when its run asks for that mode (see messages.py)."""
     modes = step.nesting.modes if step.nesting is not None else ()
     if "messages" not in modes:  # the common case: nothing to set up per task
+        return None
+    if task.name == START:  # the input's own step: hidden, as LangGraph hides it
         return None
 
     def emit(message: Any, metadata: dict[str, Any]) -> None:

@@ -30,7 +30,14 @@ from typing import Any
 
 from bulksync.channels.base import MISSING
 from bulksync.checkpoint.base import Encoded, Serde
-from bulksync.checkpoint.serde import MsgpackSerde, dumps_for, lookup_loaded, type_ref
+from bulksync.checkpoint.serde import (
+    MsgpackSerde,
+    dumps_for,
+    lookup_loaded,
+    pack_timeout,
+    type_ref,
+    unpack_timeout,
+)
 from bulksync.coordinator.executor import CallRecord, Nesting, StepInput, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.errors import (
@@ -40,7 +47,7 @@ from bulksync.errors import (
     TaskError,
     describe_type,
 )
-from bulksync.types import Interrupt
+from bulksync.types import Interrupt, TimeoutPolicy
 
 SERDE: Serde = MsgpackSerde()
 """The serde of every wire record (it resolves user types registered with ``register_type``)."""
@@ -71,6 +78,8 @@ class TaskDescriptor:
     checkpoint_ns: str
     slot: str
     """Where the task's result is recorded (see ``slot``)."""
+    timeout: TimeoutPolicy | None = None
+    """A ``Send``'s own timeout (packed only when there is one)."""
 
     @classmethod
     def of(cls, task: Task, result_slot: str) -> TaskDescriptor:
@@ -83,6 +92,7 @@ class TaskDescriptor:
             task.step,
             task.checkpoint_ns,
             result_slot,
+            task.timeout,
         )
 
     def pack(self) -> list[Any]:
@@ -95,18 +105,27 @@ class TaskDescriptor:
             self.step,
             self.checkpoint_ns,
             self.slot,
+            *pack_timeout(self.timeout),
         ]
 
     @classmethod
     def unpack(cls, data: Sequence[Any]) -> TaskDescriptor:
         """Read a descriptor written by ``pack`` (after any msgpack round trip)."""
-        task_id, node, path, triggers, step, ns, result_slot = data
-        return cls(task_id, node, _tupled(path), tuple(triggers), step, ns, result_slot)
+        task_id, node, path, triggers, step, ns, slot, *rest = data
+        timeout = unpack_timeout(rest)
+        return cls(task_id, node, _tupled(path), tuple(triggers), step, ns, slot, timeout)
 
     def task(self, value: Any) -> Task:
         """The ``Task`` this descriptor names, with its input ``value``."""
         return Task(
-            self.id, self.node, self.path, value, self.triggers, self.step, self.checkpoint_ns
+            self.id,
+            self.node,
+            self.path,
+            value,
+            self.triggers,
+            self.step,
+            self.checkpoint_ns,
+            self.timeout,
         )
 
 

@@ -48,6 +48,7 @@ class Impl:
     interrupt: Callable[..., Any]
     Interrupt: Any
     RetryPolicy: Any
+    TimeoutPolicy: Any
     Overwrite: Any
     errors: ModuleType
     get_stream_writer: Callable[[], Callable[[Any], None]]
@@ -104,6 +105,7 @@ def _load(pkg: str, name: str) -> Impl:
         interrupt=types.interrupt,
         Interrupt=types.Interrupt,
         RetryPolicy=types.RetryPolicy,
+        TimeoutPolicy=types.TimeoutPolicy,
         Overwrite=types.Overwrite,
         errors=importlib.import_module(f"{pkg}.errors"),
         get_stream_writer=config.get_stream_writer,

@@ -12,6 +12,7 @@ message the coordinator publishes (body, headers, routing key) just before kombu
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import queue
 import threading
@@ -30,6 +31,7 @@ from bulksync import keys
 from bulksync.checkpoint.memory import InMemorySaver
 from bulksync.config import get_stream_writer
 from bulksync.errors import (
+    NodeTimeoutError,
     SerializationError,
     TaskCancelledError,
     TaskTimeoutError,
@@ -37,7 +39,7 @@ from bulksync.errors import (
 )
 from bulksync.graph import END, START, StateGraph
 from bulksync.service.cancel import cancel_run
-from bulksync.types import Send
+from bulksync.types import Send, TimeoutPolicy
 from bulksync.workers import wire
 from bulksync.workers.celery.executor import CeleryExecutor
 
@@ -297,42 +299,53 @@ def test_node_with_a_queue_is_published_to_it_and_runs(cluster: Any, published: 
 # -- timeouts --------------------------------------------------------------------------
 
 
-def slow_graph(release: threading.Event, **node_kw: Any) -> Any:
+def slow_graph(release: threading.Event) -> Any:
     def slow(state: Log) -> dict[str, Any]:
         release.wait(RELEASE_WAIT)
         return {"log": ["slow finished"]}
 
     b = StateGraph(Log)
     b.add_node("quick", lambda s: {"log": ["quick"]})
-    b.add_node("slow", slow, **node_kw)
+    b.add_node("slow", slow)
     b.add_edge(START, "quick")
     b.add_edge("quick", "slow")
     return b.compile(checkpointer=InMemorySaver())
 
 
-def test_node_timeout_fails_the_run_naming_the_node(cluster: Any) -> None:
-    release = threading.Event()
-    graph = slow_graph(release, timeout=0.5)
+def test_an_async_nodes_timeout_is_kept_by_its_worker(cluster: Any) -> None:
+    """The worker stops the node's coroutine at its timeout (no coordinator deadline is
+    involved: that is the executor's own limit, tested next) and the step stays pending."""
+
+    async def slow(state: Log) -> dict[str, Any]:
+        await asyncio.sleep(RELEASE_WAIT)
+        return {"log": ["slow finished"]}
+
+    b = StateGraph(Log)
+    b.add_node("quick", lambda s: {"log": ["quick"]})
+    b.add_node("slow", slow, timeout=TimeoutPolicy(idle_timeout=0.5))
+    b.add_edge(START, "quick")
+    b.add_edge("quick", "slow")
+    graph = b.compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": f"timeout-{uuid.uuid4().hex}"}}
-    try:
-        with pytest.raises(TaskTimeoutError, match=r"node 'slow'.*0\.5s timeout"):
-            attach(cluster, graph).invoke({"log": []}, config)
-    finally:
-        release.set()
+    started = time.monotonic()
+    with pytest.raises(NodeTimeoutError, match=r"Node 'slow'.*idle timeout of 0\.500s") as info:
+        attach(cluster, graph).invoke({"log": []}, config)
+    assert time.monotonic() - started < RELEASE_WAIT
+    assert (info.value.kind, info.value.timeout) == ("idle", 0.5)
     assert graph.get_state(config).values["log"] == ["quick"]
     assert graph.get_state(config).next == ("slow",)
 
 
-def test_executor_default_timeout_applies_to_nodes_without_one(cluster: Any) -> None:
+def test_the_executors_task_time_limit_stops_a_sync_node(cluster: Any) -> None:
     release = threading.Event()
     graph = slow_graph(release)
     config = {"configurable": {"thread_id": f"default-timeout-{uuid.uuid4().hex}"}}
     try:
-        with pytest.raises(TaskTimeoutError, match=r"node 'slow'.*0\.5s timeout") as info:
+        with pytest.raises(TaskTimeoutError, match=r"node 'slow'.*0\.5s task time limit") as info:
             attach(cluster, graph, default_timeout=0.5).invoke({"log": []}, config)
     finally:
         release.set()
-    assert "add_node(..., timeout=)" in str(info.value)
+    assert "BULKSYNC_TASK_TIMEOUT" in str(info.value)
 
 
 # -- cancellation ----------------------------------------------------------------------

@@ -28,7 +28,7 @@ import pytest
 import redis
 
 from bulksync.client import Client
-from bulksync.errors import SerializationError, TaskTimeoutError
+from bulksync.errors import NodeTimeoutError, SerializationError
 from bulksync.service import runs
 from bulksync.settings import Settings
 from bulksync.workers.celery.app import make_app
@@ -49,8 +49,8 @@ WAIT = 60.0
 GRAPH_MODULE = '''
 """Graphs whose nodes fail in each way a node can, for tests of what operators see."""
 
+import asyncio
 import os
-import time
 from typing import Any, TypedDict
 
 from bulksync.graph import END, START, StateGraph
@@ -88,9 +88,9 @@ def unstorable(state: State) -> dict[str, Any]:
     return {"value": object()}
 
 
-def slow(state: State) -> dict[str, Any]:
+async def slow(state: State) -> dict[str, Any]:
     ran("slow")
-    time.sleep(2.5)
+    await asyncio.sleep(2.5)
     return {"value": "late"}
 
 
@@ -272,7 +272,7 @@ def test_node_errors_are_celery_failures_recorded_first(fleet: Fleet) -> None:
         assert "During task with name 'explode'" in notes  # the node is named (item 12)
         with pytest.raises(SerializationError, match="unstorable"):
             graph.invoke({"kind": "unstorable"})
-        with pytest.raises(TaskTimeoutError, match="slow"):
+        with pytest.raises(NodeTimeoutError, match="slow"):
             graph.invoke({"kind": "slow"})
         assert graph.invoke({"kind": "fine"})["value"] == 42
         failures = {
@@ -284,7 +284,7 @@ def test_node_errors_are_celery_failures_recorded_first(fleet: Fleet) -> None:
     assert "NodeFailedError" in failures["explode"][0]["exception"]
     assert "ValueError: boom from explode" in failures["explode"][0]["exception"]
     assert "SerializationError" in failures["unstorable"][0]["exception"]
-    assert "TaskTimeoutError" in failures["slow"][0]["exception"]
+    assert "NodeTimeoutError" in failures["slow"][0]["exception"]
     for node in ("explode", "unstorable", "slow"):
         assert not events.of("task-succeeded", node), f"{node} was reported as a success"
     # Acknowledged like any message: no redelivery, each node ran exactly once.

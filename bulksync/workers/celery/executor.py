@@ -9,9 +9,11 @@ that already have a recorded result (a coordinator restarted mid-step) are deliv
 Redis instead of running again. Storing the step is retried through a Redis outage of up to
 ``retry_window`` seconds.
 
-A task that runs longer than its node's timeout (``add_node(..., timeout=)``, else the executor's
-default; counted from when a worker starts it, not while it waits in a queue) is delivered
-as ``TaskTimeoutError`` and its message revoked; the worker's hard time limit stops it.
+A task that runs longer than the executor's task time limit (``default_timeout``, else the
+``task_timeout`` setting; counted from when a worker starts it, not while it waits in a queue)
+is delivered as ``TaskTimeoutError`` and its message revoked; the worker's hard time limit
+stops it. This is the backstop for any node, sync ones included: an async node's own
+``timeout=`` is kept by the worker that runs it (``workers/timeouts.py``).
 Cancelling a run (``service.cancel.cancel_run``) wakes every live step of the run: their
 unfinished tasks are delivered as ``TaskCancelledError`` and revoked, and workers skip the
 run's remaining tasks. If Redis restarts or loses the step's keys, the gatherer waits for it to
@@ -249,8 +251,7 @@ class CeleryStep:
         thread = (self.step.config.get("configurable") or {}).get("thread_id", "")
         with self.ex.app.producer_or_acquire() as producer:
             for node, message_id, chunk in batches:
-                spec = self.spec.nodes[node]
-                timeout = spec.timeout or self.ex.default_timeout
+                timeout = self.ex.default_timeout
                 with self._lock:
                     self.messages[message_id] = [t.id for t in chunk]
                 descs: Any = (
@@ -472,11 +473,8 @@ class CeleryStep:
         )
 
     def _started(self, task_id: str) -> None:
-        task = self.tasks.get(task_id)
-        if task is None:
-            return
-        timeout = self.spec.nodes[task.name].timeout or self.ex.default_timeout
-        if timeout:
+        timeout = self.ex.default_timeout
+        if timeout and task_id in self.tasks:
             with self._lock:
                 self.deadlines.setdefault(task_id, time.monotonic() + timeout)
 
@@ -496,14 +494,14 @@ class CeleryStep:
         self._revoke(late)
         for task_id in late:
             task = self.tasks[task_id]
-            limit = self.spec.nodes[task.name].timeout or self.ex.default_timeout
+            limit = self.ex.default_timeout or 0.0
             self._deliver(
                 TaskResult(
                     task_id,
                     error=TaskTimeoutError(
-                        f"node '{task.name}': task {task_id} ran longer than its {limit:g}s "
-                        "timeout; raise it with add_node(..., timeout=) or "
-                        "BULKSYNC_TASK_TIMEOUT, or look for a hung call in the node."
+                        f"node '{task.name}': task {task_id} ran longer than the {limit:g}s "
+                        "task time limit; raise it with BULKSYNC_TASK_TIMEOUT, or look for a "
+                        "hung call in the node."
                     ),
                 )
             )

@@ -267,7 +267,7 @@ def _overtime(desc: wire.TaskDescriptor, timeout: float | None, took: float) -> 
     if not timeout or took <= timeout:
         return None
     return TaskTimeoutError(
-        f"node '{desc.node}': task {desc.id} ran {took:.1f}s, longer than its {timeout:g}s timeout"
+        f"node '{desc.node}': task {desc.id} ran {took:.1f}s, past the {timeout:g}s task time limit"
     )
 
 

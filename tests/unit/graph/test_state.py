@@ -554,7 +554,7 @@ def test_langgraphs_renamed_arguments_still_work_with_its_warnings() -> None:
 
 
 def test_node_defaults_apply_where_a_node_sets_none() -> None:
-    from bulksync.types import RetryPolicy
+    from bulksync.types import RetryPolicy, TimeoutPolicy
 
     class S(TypedDict):
         x: int
@@ -564,17 +564,20 @@ def test_node_defaults_apply_where_a_node_sets_none() -> None:
     def handler(state: S) -> dict[str, int]:
         return {"x": -1}
 
+    async def same(state: S) -> S:
+        return state
+
     builder = (
         StateGraph(S)
-        .add_node("a", lambda s: s, retry_policy=own)
-        .add_node("b", lambda s: s, error_handler=handler)
+        .add_node("a", same, retry_policy=own)
+        .add_node("b", same, error_handler=handler)
         .set_node_defaults(retry_policy=default, error_handler=handler, timeout=3.0)
         .add_edge(START, "a")
         .add_edge("a", "b")
     )
     nodes = builder.compile().spec.nodes
     assert nodes["a"].retry_policy == (own,) and nodes["b"].retry_policy == (default,)
-    assert nodes["a"].timeout == nodes["b"].timeout == 3.0
+    assert nodes["a"].timeout == nodes["b"].timeout == TimeoutPolicy(run_timeout=3.0)
     assert nodes["a"].error_handler is not None and nodes["b"].error_handler is not None
     assert nodes["a"].error_handler.name == "__default_error_handler__"
     assert nodes["b"].error_handler.name == "__error_handler__b"
