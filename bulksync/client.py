@@ -43,7 +43,7 @@ from bulksync.service.runs import Run, RunEvent, RunStore
 from bulksync.settings import Settings, redact
 from bulksync.types import GraphOutput, StateSnapshot
 from bulksync.workers import wire
-from bulksync.workers.cancel_scope import current_scope
+from bulksync.workers.cancel_scope import current_scope, mark_async_caller
 
 __all__ = ["Client", "RemoteGraph", "Run", "RunEvent"]
 
@@ -509,6 +509,7 @@ def _run_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """The parts of a config that travel with a run (live objects such as callbacks stay)."""
     kept = {k: v for k, v in (config or {}).items() if k in wire.CONFIG_KEYS and k != "run_id"}
     kept["configurable"] = dict(kept.get("configurable") or {})
+    mark_async_caller(kept["configurable"])
     return kept
 
 

@@ -47,6 +47,11 @@ CHECKPOINT_ID: Final = "checkpoint_id"
 # models as LangChain's content-block events (``ChatModelStream``), not v1 token chunks.
 MESSAGE_EVENTS: Final = "__bulksync_message_events"
 
+# Set in a run's ``configurable`` when an async caller (``ainvoke``, ``astream``) started it:
+# a Runnable node with an async side of its own is called through it, in-process and on
+# workers alike, as LangGraph calls it there. Never inherited by a run started inside.
+ASYNC_CALLER: Final = "__bulksync_async_caller"
+
 # Names a user may not give a node or a state key.
 RESERVED: Final = frozenset(
     {START, END, TASKS, INTERRUPT, RESUME, ERROR, NO_WRITES, RETURN, PUSH, PULL}

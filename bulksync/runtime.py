@@ -3,15 +3,16 @@
 A node gets it by declaring a ``runtime`` parameter (``def node(state, runtime:
 Runtime[Ctx])``) or by calling ``get_runtime()``: the run's ``context`` (what
 ``invoke(..., context=...)`` was given, as an instance of the graph's ``context_schema``), the
-``store`` (None: bulksync has no store yet), the task's ``stream_writer``, and
-``execution_info`` (thread, run, checkpoint, task and attempt). On a cluster the context
-travels to the workers with the step, in bulksync's msgpack serde.
+``store``, the task's ``stream_writer`` and ``heartbeat``, ``execution_info`` (thread, run,
+checkpoint, task and attempt) and ``server_info`` (the assistant, graph and user a server
+started the run for). On a cluster the context travels to the workers with the step, in
+bulksync's msgpack serde.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from bulksync.context import current_task
@@ -70,6 +71,28 @@ class ExecutionInfo:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """Who a run was started for, when a server started it (LangGraph's): the assistant and
+    graph ids and the authenticated user, read from the run's ``configurable``
+    (``assistant_id``, ``graph_id``, ``langgraph_auth_user``)."""
+
+    assistant_id: str
+    graph_id: str
+    user: Any = None
+
+    @classmethod
+    def of(cls, configurable: Mapping[str, Any]) -> ServerInfo | None:
+        """The server info a run's ``configurable`` holds; None when it holds none."""
+        assistant_id, graph_id = configurable.get("assistant_id"), configurable.get("graph_id")
+        user = configurable.get("langgraph_auth_user")
+        if user is not None and not hasattr(user, "identity"):  # not a user (BaseUser)
+            user = None
+        if assistant_id is None and graph_id is None and user is None:
+            return None
+        return cls(str(assistant_id or ""), str(graph_id or ""), user)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Runtime(Generic[ContextT]):
     """The run as a node sees it: context, store, stream writer, execution info."""
 
@@ -107,4 +130,4 @@ def get_runtime(context_schema: type[ContextT] | None = None) -> Runtime[Context
     return runtime if runtime is not None else Runtime()
 
 
-__all__ = ["ExecutionInfo", "Runtime", "get_runtime"]
+__all__ = ["ExecutionInfo", "Runtime", "ServerInfo", "get_runtime"]

@@ -129,6 +129,9 @@ class StepLive:
     abandoned: Any = None
     """A ``threading.Event`` set when the caller stopped reading the run's stream: the run's
     loops, child loops included, stop before their next step."""
+    home: Any = None
+    """The event loop of the run's async caller, where an in-process executor runs its
+    async nodes (``workers/cancel_scope.py``); None on workers and for sync callers."""
 
 
 class StepHandle(Protocol):

@@ -97,8 +97,10 @@ class SuperstepLoop:
         store: Any = None,
         control: Any = None,
         abandoned: threading.Event | None = None,
+        home: Any = None,
     ) -> None:
         self.spec = spec
+        self.home = home  # the async caller's event loop (StepLive.home); a child's is its root's
         self.store = spec.store if spec.store is not None else store
         self.control = options.control if options.control is not None else control
         # Set when nobody reads the run any more (a stream broken off): stop, cancel what
@@ -368,6 +370,7 @@ class SuperstepLoop:
             self.store,
             self.control,
             self.abandoned,
+            self.home,
         )
         handle = self._handle = (
             self.executor.submit(self.spec, step_input, live, plain, results.put) if plain else None
@@ -662,6 +665,7 @@ def run_child(
         store=live.store,
         control=live.control,
         abandoned=live.abandoned,
+        home=live.home,
     )
     if started is not None:
         started(loop)

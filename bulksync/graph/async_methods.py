@@ -3,7 +3,8 @@
 ``CompiledStateGraph`` and ``RemoteGraph`` both offer LangGraph's async API (``ainvoke``,
 ``astream``, ``aget_state``, …). Each twin runs its sync method on a worker thread — a run
 already runs on threads of its own, and a saver or a cluster call blocks — so the event loop
-is never blocked and no behaviour is kept twice by hand.
+is never blocked and no behaviour is kept twice by hand. The run's async nodes run on the
+caller's event loop all the same (``cancel_scope.py``).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ async def in_threads(items: Iterable[Any]) -> AsyncIterator[Any]:
     stops early (breaks off, is cancelled): the run stops and its async nodes are cancelled.
     """
     it = iter(items)
-    scope, context = scoped_context()
     loop = asyncio.get_running_loop()
+    scope, context = scoped_context(home=loop)  # the run's async nodes run on this loop
     ended = False
     pulling: asyncio.Future[Any] | None = None
     try:
@@ -52,7 +53,7 @@ async def in_threads(items: Iterable[Any]) -> AsyncIterator[Any]:
 async def in_thread(func: Callable[..., Any], *args: Any, **kw: Any) -> Any:
     """``func(*args, **kw)`` on a worker thread; a run it starts stops if the caller is
     cancelled (see ``in_threads``)."""
-    scope, context = scoped_context()
+    scope, context = scoped_context(home=asyncio.get_running_loop())
     call = asyncio.get_running_loop().run_in_executor(
         None, functools.partial(context.run, _unless_stopped, scope, func, *args, **kw)
     )

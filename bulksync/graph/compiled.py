@@ -34,7 +34,7 @@ from bulksync.graph.schema import schema_mapper
 from bulksync.stream.events import drop_inherited_message_events
 from bulksync.stream.mux import TransformerFactory
 from bulksync.types import GraphOutput, StateSnapshot
-from bulksync.workers.cancel_scope import current_scope
+from bulksync.workers.cancel_scope import current_home, current_scope, mark_async_caller
 from bulksync.workers.local import LocalExecutor
 from bulksync.workers.tracing import RunCallbacks
 
@@ -205,6 +205,7 @@ class CompiledStateGraph(AsyncGraphMethods):
             options=options,
             sink=lambda ns, mode, chunk: events.put((ns, mode, chunk)),
             replay=replay,
+            home=current_home(),  # an async caller's loop runs the async nodes
         )
 
         outcome: list[Outcome] = []
@@ -288,6 +289,7 @@ class CompiledStateGraph(AsyncGraphMethods):
             if merged["configurable"].get(key):
                 merged["metadata"].setdefault(key, merged["configurable"][key])
         drop_inherited_message_events(merged["configurable"])
+        mark_async_caller(merged["configurable"], inherited=maybe_current_task() is not None)
         if self.saver is not None:
             config_thread(merged)
         return merged

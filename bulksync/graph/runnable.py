@@ -3,8 +3,8 @@
 LangGraph accepts any ``Runnable`` as a node's action and calls it with the state and the
 node's config. bulksync does the same without depending on langchain-core: an object can only
 be a ``Runnable`` if langchain-core is loaded already, so the check looks the class up in the
-loaded modules and never imports it. The node runs ``invoke`` (or ``ainvoke`` for a Runnable
-that has only an async function), named as LangGraph names it, ``get_name()``.
+loaded modules and never imports it. The node runs ``invoke``, or ``ainvoke`` where LangGraph
+would (``runnable_call``), named as LangGraph names it, ``get_name()``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from bulksync.constants import ASYNC_CALLER
 
 
 def is_runnable(action: Any) -> bool:
@@ -27,10 +29,15 @@ def runnable_name(action: Any) -> str:
 
 
 def runnable_call(action: Any, *, prefer_async: bool = False) -> Callable[..., Any]:
-    """A node function calling the Runnable ``action`` with the state and the node's config:
-    its ``ainvoke`` when it has only an async function, or when ``prefer_async`` (a timed
-    node) and it has one of its own; else its ``invoke``."""
-    if _only_async(action) or (prefer_async and _native_async(action)):
+    """A node function calling the Runnable ``action`` with the state and the node's config.
+
+    Its ``ainvoke`` when it has only an async function, or when ``prefer_async`` (a timed
+    node) and it has one of its own; else its ``ainvoke`` in a run an async caller started
+    (as LangGraph does, so a ``ToolNode`` runs async tools there) and its ``invoke`` in any
+    other.
+    """
+    native = _native_async(action)
+    if _only_async(action) or (prefer_async and native):
 
         async def call_async(state: Any, config: Any) -> Any:
             return await action.ainvoke(state, config)
@@ -38,6 +45,8 @@ def runnable_call(action: Any, *, prefer_async: bool = False) -> Callable[..., A
         return call_async
 
     def call(state: Any, config: Any) -> Any:
+        if native and (config.get("configurable") or {}).get(ASYNC_CALLER):
+            return action.ainvoke(state, config)  # awaited (in-process: on the caller's loop)
         return action.invoke(state, config)
 
     return call

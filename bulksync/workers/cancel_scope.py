@@ -1,7 +1,12 @@
 """Cancelling what a step (or a caller) started: the async nodes it runs, the runs it reads.
 
-In-process, each async node (and ``@task`` coroutine) runs on an event loop of its own, on
-its task's thread. A ``CancelScope`` knows the coroutines running under it and the runs
+In-process, the async nodes (and ``@task`` coroutines) of a run an async caller started
+(``ainvoke``, ``astream``) run on that caller's event loop, as under LangGraph: they share
+its asyncio objects and run concurrently there, while the task's thread waits. Those of a
+run started from sync code run each on an event loop of its own, on its task's thread (and
+so do those of a run that a coroutine on the caller's loop started with a blocking call,
+which would otherwise wait for itself). A ``CancelScope`` knows the coroutines running
+under it and the runs
 started under it (a graph a node invokes, the run an ``astream`` reads), so cancelling it
 cancels those coroutines (they see ``CancelledError`` at their next ``await``, as under
 LangGraph) and abandons those runs, which cancel their own steps in turn. The scope travels
@@ -12,13 +17,17 @@ that pull its run, and ``asyncio.to_thread`` carries it to a graph an async node
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
+
+from bulksync.constants import ASYNC_CALLER
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +43,14 @@ _SCOPE: contextvars.ContextVar[CancelScope | None] = contextvars.ContextVar(
 class CancelScope:
     """Coroutines and runs to stop together (thread-safe)."""
 
-    def __init__(self) -> None:
+    def __init__(self, home: asyncio.AbstractEventLoop | None = None) -> None:
         self._lock = threading.Lock()
         self._tasks: set[_Running] = set()
         self._on_cancel: list[Callable[[], object]] = []
         self.cancelled = False
+        self.home = home
+        """The async caller's event loop, where the coroutines run under this scope run
+        (None: each on a loop of its own)."""
 
     def cancel(self) -> None:
         """Cancel the running coroutines and wait (``STOP_WAIT`` at most) until they have
@@ -68,7 +80,23 @@ class CancelScope:
         stop()
 
     def run(self, awaitable: Awaitable[Any]) -> Any:
-        """Run ``awaitable`` to its end on an event loop of this thread's own."""
+        """Run ``awaitable`` to its end (in this thread's context): on the scope's home loop
+        while this thread waits, else on an event loop of this thread's own."""
+        home = usable_home(self.home)
+        if home is not None:
+            context = contextvars.copy_context()
+            done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+            def start() -> None:
+                task = home.create_task(self._tracked(awaitable), context=context)
+                task.add_done_callback(functools.partial(_settle, done))
+
+            try:
+                home.call_soon_threadsafe(start)
+            except RuntimeError:  # closed meanwhile: run here after all
+                pass
+            else:
+                return done.result()
         with asyncio.Runner() as runner:
             return runner.run(self._tracked(awaitable))
 
@@ -105,6 +133,46 @@ class _Running:
             return False
 
 
+def _settle(done: concurrent.futures.Future[Any], task: asyncio.Task[Any]) -> None:
+    """Hand a task's outcome on home to the thread waiting for it."""
+    if task.cancelled():
+        done.set_exception(asyncio.CancelledError())
+    elif (error := task.exception()) is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(task.result())
+
+
+def usable_home(home: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEventLoop | None:
+    """``home``, unless it cannot run coroutines for this thread: it is not running, or this
+    very thread runs it (blocked in a sync call a coroutine there made)."""
+    if home is None or home.is_closed() or not home.is_running():
+        return None
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        return home
+    return None if running is home else home
+
+
+def current_home() -> asyncio.AbstractEventLoop | None:
+    """The event loop the async nodes of a run started here run on: that of the async
+    caller whose scope this code runs under, if it can take them (``usable_home``)."""
+    scope = _SCOPE.get()
+    return usable_home(scope.home) if scope is not None else None
+
+
+def mark_async_caller(configurable: dict[str, Any], *, inherited: bool = True) -> None:
+    """Mark a new run's ``configurable`` as started by an async caller (``ASYNC_CALLER``).
+
+    A mark already there is dropped when ``inherited`` (the config of a node starting a run
+    of its own), and kept when a client sent it (a run a service runs for a caller)."""
+    if inherited:
+        configurable.pop(ASYNC_CALLER, None)
+    if current_home() is not None:
+        configurable[ASYNC_CALLER] = True
+
+
 def current_scope() -> CancelScope | None:
     """The scope the caller runs under, if any."""
     return _SCOPE.get()
@@ -120,10 +188,12 @@ def within(scope: CancelScope) -> Iterator[None]:
         _SCOPE.reset(token)
 
 
-def scoped_context() -> tuple[CancelScope, contextvars.Context]:
-    """A new scope, and a copy of the caller's context that runs under it (for work handed
-    to another thread)."""
-    scope = CancelScope()
+def scoped_context(
+    home: asyncio.AbstractEventLoop | None = None,
+) -> tuple[CancelScope, contextvars.Context]:
+    """A new scope (its coroutines run on ``home``), and a copy of the caller's context that
+    runs under it (for work handed to another thread)."""
+    scope = CancelScope(home)
     context = contextvars.copy_context()
     context.run(_SCOPE.set, scope)
     return scope, context

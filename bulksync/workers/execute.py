@@ -32,7 +32,7 @@ from bulksync.errors import (
 )
 from bulksync.ids import interrupt_id
 from bulksync.managed import managed_values
-from bulksync.runtime import ExecutionInfo, Runtime
+from bulksync.runtime import ExecutionInfo, Runtime, ServerInfo
 from bulksync.workers.calls import CallLog, Calls
 from bulksync.workers.cancel_scope import current_scope, run_coroutine
 from bulksync.workers.messages import MessageStream, listening, message_stream
@@ -319,6 +319,7 @@ def _runtime(
         stream_writer=writer,
         previous=None if previous is None else decoded(previous),
         execution_info=info,
+        server_info=ServerInfo.of(configurable),
     )
 
 

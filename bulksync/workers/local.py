@@ -1,8 +1,9 @@
 """The in-process executor: a step's tasks on a thread pool of this process.
 
 Send fan-out really runs in parallel here (up to ``max_concurrency`` threads); async nodes
-run on a private event loop in their thread, cancelled when their step is (a caller breaking
-off the stream, a sibling failing). Results are delivered as tasks finish.
+run on the async caller's event loop (else on a private one in their thread), cancelled when
+their step is (a caller breaking off the stream, a sibling failing). Results are delivered as
+tasks finish.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import ConfigError, TaskCancelledError
-from bulksync.workers.cancel_scope import CancelScope, within
+from bulksync.workers.cancel_scope import CancelScope, usable_home, within
 from bulksync.workers.execute import run_task
 
 logger = logging.getLogger(__name__)
@@ -73,7 +74,8 @@ class LocalExecutor:
         workers = max(1, min(step_concurrency(step.config, self.max_concurrency), len(tasks)))
         pool = ThreadPoolExecutor(workers, thread_name_prefix=f"bulksync-{spec.name}")
 
-        scope = CancelScope()
+        # The caller's event loop runs the async nodes, unless this thread is blocked on it.
+        scope = CancelScope(home=usable_home(live.home))
 
         def one(task: Task) -> None:
             try:

@@ -129,8 +129,15 @@ _CONTROL_IS_LOCAL = (
     "a detached run is stopped through its run (Client.cancel)"
 )
 
+_NODES_RUN_ON_WORKERS = (
+    "on a cluster a run's nodes run on worker processes, never on the caller's event loop, so "
+    "they share no asyncio objects with the caller"
+)
+
 EXCLUDED: dict[str, dict[str, str]] = {
+    "celery": {"nodes_share_the_callers_loop": _NODES_RUN_ON_WORKERS},
     "remote": {
+        "nodes_share_the_callers_loop": _NODES_RUN_ON_WORKERS,
         "command_errors": (
             "its `resume_without_saver` case needs a graph without a checkpointer, and a "
             "RemoteGraph run always checkpoints to Postgres, so LangGraph's RuntimeError "

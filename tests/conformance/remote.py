@@ -16,17 +16,17 @@ uses the graph for something other than a detached run:
   that node's run as it would be in any node code;
 - `get_graph()` describes the local compiled graph (structure, not a run).
 
-`RemoteGraph` is synchronous; `ainvoke`/`astream` run its calls on a thread, so scenarios with
-async nodes still run those nodes on the cluster. Checkpoints always go to the test's Postgres
-schema: `impl.saver()` is the coordinator's `PostgresSaver`, whatever the graph was compiled
-with, and a graph compiled without a checkpointer is checkpointed all the same.
+`ainvoke`/`astream` are `RemoteGraph`'s own (its calls on a thread, a run cancelled with its
+caller), so scenarios with async nodes still run those nodes on the cluster. Checkpoints
+always go to the test's Postgres schema: `impl.saver()` is the coordinator's `PostgresSaver`,
+whatever the graph was compiled with, and a graph compiled without a checkpointer is
+checkpointed all the same.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -158,17 +158,6 @@ class RemoteHandle(AsyncGraphMethods):
     def bulk_update_state(self, *args: Any, **kw: Any) -> Any:
         """`bulk_update_state` run by the coordinator."""
         return self._target().bulk_update_state(*args, **kw)
-
-    async def ainvoke(self, *args: Any, **kw: Any) -> Any:
-        """`invoke` on a thread (RemoteGraph has no async interface)."""
-        return await asyncio.to_thread(self.invoke, *args, **kw)
-
-    async def astream(self, *args: Any, **kw: Any) -> AsyncIterator[Any]:
-        """`stream` read on a thread, chunk by chunk."""
-        chunks = self.stream(*args, **kw)
-        done = object()
-        while (chunk := await asyncio.to_thread(next, chunks, done)) is not done:
-            yield chunk
 
     def get_graph(self, *args: Any, **kw: Any) -> Any:
         """The local compiled graph's drawing (structure, not a run)."""
