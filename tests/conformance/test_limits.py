@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import operator
 import threading
+import time
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -190,7 +191,10 @@ def failed_step_resumes_without_rerunning_sibling(impl: Impl) -> Any:
         return {"log": ["steady"]}
 
     def fragile(state: State) -> dict[str, Any]:
-        done.wait(1.0)  # fail only after the sibling has finished, so its writes are saved
+        # Fail only after the sibling has finished and its result has reached the loop (on a
+        # cluster it travels through Redis), so its writes are saved.
+        done.wait(1.0)
+        time.sleep(0.3)
         counter.hit("fragile")
         if broken["on"]:
             raise Flaky("down")
