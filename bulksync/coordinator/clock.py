@@ -21,6 +21,16 @@ _lock = threading.Lock()
 _last_ts = 0
 
 
+def deadline(seconds: float | None) -> float | None:
+    """The monotonic time ``seconds`` from now (None: no deadline)."""
+    return None if seconds is None else time.monotonic() + seconds
+
+
+def left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (never below 0; None: no deadline)."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
 def checkpoint_id(step: int) -> str:
     """A new checkpoint id: a UUIDv6 whose order is the order of creation.
 

@@ -382,8 +382,18 @@ class SuperstepLoop:
                 self._start_subgraph_task(task, step_input, live, results.put)
         failure: BaseException | None = None
         paused = False
+        deadline = clock.deadline(self.options.step_timeout)
         for _ in todo:
-            result = results.get()
+            try:
+                result = results.get(timeout=clock.left(deadline))
+            except queue.Empty:  # the step outran its step_timeout
+                if handle is not None:
+                    handle.cancel()
+                self.stream.flush()
+                raise TimeoutError(
+                    f"A step of graph '{self.spec.name}' ran longer than its step_timeout "
+                    f"of {self.options.step_timeout}s; its unfinished tasks were cancelled."
+                ) from None
             paused = paused or result.interrupted
             if result.took_null_resume and answer is not None:
                 self.null_resume.take()

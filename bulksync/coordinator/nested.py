@@ -104,5 +104,6 @@ def child_options(compiled: CompiledGraph, step: StepInput, ns: str) -> tuple[Ru
         output_keys=compiled.spec.output_channels,
         modes=frozenset(nesting.modes),
         context=step.context,  # a subgraph runs with its parent's context
+        step_timeout=compiled.step_timeout,
     )
     return options, stored_ns

@@ -38,6 +38,8 @@ class RunOptions:
     context: Any = None
     control: Any = None
     """The run's ``runtime.RunControl`` (in this process only): a drain stops the run."""
+    step_timeout: float | None = None
+    """Seconds a step may take before its unfinished tasks are cancelled (``TimeoutError``)."""
     on_resume: Callable[[str], None] | None = None
     """Called with the checkpoint's id when the run goes on from a saved checkpoint."""
 

@@ -135,6 +135,10 @@ class CompiledGraph(Protocol):
     def interrupt_after(self) -> Sequence[str] | str:
         """Nodes to pause after (``"*"``: every node)."""
 
+    @property
+    def step_timeout(self) -> float | None:
+        """Seconds each of its steps may take (None: no limit)."""
+
 
 class RunnableGraph(CompiledGraph, Protocol):
     """A compiled graph as the services drive it: rebound to a saver or executor, then run."""

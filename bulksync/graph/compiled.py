@@ -56,8 +56,12 @@ class CompiledStateGraph(AsyncGraphMethods):
         name: str = "LangGraph",
         executor: Executor | None = None,
         stream_transformers: Sequence[TransformerFactory] = (),
+        step_timeout: float | None = None,
     ) -> None:
         self.builder = builder
+        self.step_timeout = step_timeout
+        """Seconds a step may take (LangGraph's attribute, set after compiling): past them
+        its unfinished tasks are cancelled and the run fails with ``TimeoutError``."""
         self.stream_transformers = stream_transformers
         self.spec = spec
         self.checkpointer = checkpointer
@@ -80,27 +84,24 @@ class CompiledStateGraph(AsyncGraphMethods):
 
     def with_executor(self, executor: Executor) -> CompiledStateGraph:
         """The same graph, run by ``executor`` (e.g. a cluster executor)."""
-        return type(self)(
-            builder=self.builder,
-            spec=self.spec,
-            checkpointer=self.checkpointer,
-            debug=self.debug,
-            name=self.name,
-            executor=executor,
-            stream_transformers=self.stream_transformers,
-        )
+        return self._copy(executor=executor)
 
     def with_checkpointer(self, checkpointer: CheckpointSaver | None) -> CompiledStateGraph:
         """The same graph and executor, checkpointing to ``checkpointer`` (e.g. a fenced saver)."""
-        return type(self)(
-            builder=self.builder,
-            spec=self.spec,
-            checkpointer=checkpointer,
-            debug=self.debug,
-            name=self.name,
-            executor=self.executor,
-            stream_transformers=self.stream_transformers,
-        )
+        return self._copy(checkpointer=checkpointer)
+
+    def _copy(self, **changes: Any) -> CompiledStateGraph:
+        settings = {
+            "builder": self.builder,
+            "spec": self.spec,
+            "checkpointer": self.checkpointer,
+            "debug": self.debug,
+            "name": self.name,
+            "executor": self.executor,
+            "stream_transformers": self.stream_transformers,
+            "step_timeout": self.step_timeout,
+        }
+        return type(self)(**(settings | changes))
 
     # -- running ----------------------------------------------------------------------
 
@@ -194,6 +195,7 @@ class CompiledStateGraph(AsyncGraphMethods):
             modes=frozenset(modes),
             context=_as_context(self.builder.context_schema, context),
             control=control,
+            step_timeout=self.step_timeout,
             on_resume=reports.on_resume(),
         )
         events: queue.Queue[Any] = queue.Queue()

@@ -70,12 +70,19 @@ class LocalExecutor:
         tasks: Sequence[Task],
         deliver: Callable[[TaskResult], None],
     ) -> LocalStep:
-        """Start ``tasks`` on a pool bounded by the run's ``max_concurrency``."""
-        workers = max(1, min(step_concurrency(step.config, self.max_concurrency), len(tasks)))
-        pool = ThreadPoolExecutor(workers, thread_name_prefix=f"bulksync-{spec.name}")
+        """Start ``tasks`` on a pool bounded by the run's ``max_concurrency``.
 
+        Without that bound, the tasks of async nodes an async caller's loop runs all start
+        at once, as on LangGraph (their threads only wait for that loop), and the others
+        share a pool of this executor's size."""
         # The caller's event loop runs the async nodes, unless this thread is blocked on it.
         scope = CancelScope(home=usable_home(live.home))
+        bound = step_concurrency(step.config, 0)
+        on_loop = (
+            [] if bound or scope.home is None else [t for t in tasks if spec.nodes[t.name].is_async]
+        )
+        ids = {t.id for t in on_loop}
+        rest = [t for t in tasks if t.id not in ids]
 
         def one(task: Task) -> None:
             try:
@@ -86,9 +93,15 @@ class LocalExecutor:
                 result = TaskResult(task.id, error=exc)
             deliver(result)
 
-        futures = {t.id: pool.submit(one, t) for t in tasks}
-        # Queued tasks still run after shutdown(wait=False); the threads exit once they drain.
-        pool.shutdown(wait=False)
+        futures: dict[str, Future[None]] = {}
+        for group, size in ((on_loop, len(on_loop)), (rest, bound or self.max_concurrency)):
+            if not group:
+                continue
+            workers = max(1, min(size, len(group)))
+            pool = ThreadPoolExecutor(workers, thread_name_prefix=f"bulksync-{spec.name}")
+            futures.update((t.id, pool.submit(one, t)) for t in group)
+            # Queued tasks still run after shutdown(wait=False); the threads exit once done.
+            pool.shutdown(wait=False)
         return LocalStep(futures, deliver, scope)
 
 

@@ -138,6 +138,10 @@ EXCLUDED: dict[str, dict[str, str]] = {
     "celery": {"nodes_share_the_callers_loop": _NODES_RUN_ON_WORKERS},
     "remote": {
         "nodes_share_the_callers_loop": _NODES_RUN_ON_WORKERS,
+        "step_timeout": (
+            "it sets step_timeout on the graph between runs, and a RemoteGraph runs the graph "
+            "as its service loaded it (the attribute is set in the graph's module there)"
+        ),
         "command_errors": (
             "its `resume_without_saver` case needs a graph without a checkpointer, and a "
             "RemoteGraph run always checkpoints to Postgres, so LangGraph's RuntimeError "
@@ -193,6 +197,7 @@ KNOWN_BUGS: dict[str, dict[str, str]] = {
         "breaking_off_astream": _RUNNING_NODES_ON_WORKERS,
         "cancelled_ainvoke": _RUNNING_NODES_ON_WORKERS,
         "cancelled_ainvoke_of_a_nested_graph": _RUNNING_NODES_ON_WORKERS,
+        "step_timeout": _RUNNING_NODES_ON_WORKERS,
     },
     "remote": {
         "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,

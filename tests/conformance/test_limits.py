@@ -292,3 +292,49 @@ def managed_values(impl: Impl) -> Any:
 
 def test_managed_values(conform: Conform) -> None:
     conform(managed_values)
+
+
+def step_timeout(impl: Impl) -> Any:
+    """``graph.step_timeout``: a step that outruns it fails the run with ``TimeoutError``,
+    its running async node cancelled; the finished sibling's writes are kept, so the run
+    resumed (without the limit) does not run it again."""
+    counter = Counter()
+    seen: list[str] = []
+
+    async def quick(state: State) -> dict[str, Any]:
+        counter.hit("quick")
+        return {"log": ["quick"]}
+
+    async def slow(state: State) -> dict[str, Any]:
+        counter.hit("slow")
+        try:
+            await asyncio.sleep(0.2 if counter.calls["slow"] > 1 else 5)
+        except asyncio.CancelledError:
+            seen.append("slow cancelled")
+            raise
+        return {"log": ["slow"]}
+
+    b = impl.StateGraph(State)
+    b.add_node("quick", quick)
+    b.add_node("slow", slow)
+    b.add_edge(impl.START, "quick")
+    b.add_edge(impl.START, "slow")
+    g = impl.compile(b, checkpointer=impl.saver())
+    g.step_timeout = 1.0
+    cfg = {"configurable": {"thread_id": "step-timeout"}}
+    started = time.monotonic()
+    failed = attempt(asyncio.run, g.ainvoke({"log": []}, cfg))
+    took = time.monotonic() - started
+    g.step_timeout = None
+    return {
+        "failed": failed,
+        "in time": took < 4,
+        "next": g.get_state(cfg).next,
+        "resumed": asyncio.run(g.ainvoke(None, cfg)),
+        "calls": dict(sorted(counter.calls.items())),
+        "seen": seen,
+    }
+
+
+def test_step_timeout(conform: Conform) -> None:
+    conform(step_timeout)

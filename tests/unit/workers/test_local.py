@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import threading
 import time
@@ -11,7 +12,7 @@ import pytest
 
 from bulksync.graph import START, StateGraph
 from bulksync.types import Send
-from bulksync.workers.local import step_concurrency
+from bulksync.workers.local import default_concurrency, step_concurrency
 
 
 class State(TypedDict):
@@ -75,3 +76,25 @@ def test_failure_with_queued_tasks_raises_instead_of_hanging() -> None:
         builder.compile().invoke({"done": []}, {"max_concurrency": 1})
     assert started[0] == 0
     assert len(started) < 8  # the queued tasks never ran
+
+
+def test_an_async_callers_async_nodes_all_run_at_once_unless_bounded() -> None:
+    width = 3 * default_concurrency()  # more than the executor's threads
+    barrier: list[asyncio.Barrier] = []
+
+    async def meet(arg: dict[str, int]) -> dict[str, list[int]]:
+        await asyncio.wait_for(barrier[0].wait(), 2)  # until all of them run
+        return {"done": [arg["i"]]}
+
+    b = StateGraph(State)
+    b.add_node("meet", meet)
+    b.add_conditional_edges(START, lambda s: [Send("meet", {"i": i}) for i in range(width)])
+    graph = b.compile()
+
+    async def run(config: dict[str, Any]) -> Any:
+        barrier[:] = [asyncio.Barrier(width)]
+        return await graph.ainvoke({"done": []}, config)
+
+    assert sorted(asyncio.run(run({}))["done"]) == list(range(width))
+    with pytest.raises(TimeoutError):  # bounded: the barrier never fills
+        asyncio.run(run({"max_concurrency": width - 1}))
