@@ -47,6 +47,9 @@ CHECKPOINT_ID: Final = "checkpoint_id"
 # models as LangChain's content-block events (``ChatModelStream``), not v1 token chunks.
 MESSAGE_EVENTS: Final = "__bulksync_message_events"
 
+# The namespace prefix of node results in a node cache (``bulksync.cache``), LangGraph's.
+CACHE_NS_WRITES: Final = "__pregel_ns_writes"
+
 # Set in a run's ``configurable`` when an async caller (``ainvoke``, ``astream``) started it:
 # a Runnable node with an async side of its own is called through it, in-process and on
 # workers alike, as LangGraph calls it there. Never inherited by a run started inside.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import random
 import warnings
 from collections.abc import Callable, Hashable, Sequence
@@ -40,6 +41,23 @@ Durability = Literal["sync", "async", "exit"]
 """When checkpoints are written: before the next step (sync), overlapping it, or at exit."""
 
 All = Literal["*"]
+
+
+def default_cache_key(*args: Any, **kwargs: Any) -> bytes:
+    """The default ``CachePolicy.key_func``: the arguments pickled (only hashed, never
+    loaded), so equal inputs give equal keys."""
+    return pickle.dumps((args, kwargs), protocol=5)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CachePolicy:
+    """Cache a node's (or ``@task``'s) results by input (LangGraph's): with a cache given to
+    ``compile(cache=...)``, a task whose ``key_func(input)`` matches an earlier one's is not
+    run again, its writes reused (streamed with ``{"cached": True}`` metadata) for ``ttl``
+    seconds (None: until the cache is cleared)."""
+
+    key_func: Callable[..., str | bytes] = default_cache_key
+    ttl: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -129,6 +129,8 @@ class StepLive:
     abandoned: Any = None
     """A ``threading.Event`` set when the caller stopped reading the run's stream: the run's
     loops, child loops included, stop before their next step."""
+    cache: Any = None
+    """The run's node cache (``bulksync.cache``), for ``@task`` calls with a cache policy."""
     home: Any = None
     """The event loop of the run's async caller, where an in-process executor runs its
     async nodes (``workers/cancel_scope.py``); None on workers and for sync callers."""

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from bulksync.cache.base import FullKey
 from bulksync.channels.base import MISSING, BaseChannel
 from bulksync.checkpoint.base import Checkpoint, CheckpointSaver, PendingWrite
 from bulksync.constants import (
@@ -38,6 +39,7 @@ from bulksync.constants import (
 from bulksync.context import NullResume, TaskContext
 from bulksync.coordinator import clock, stream
 from bulksync.coordinator.apply import TaskWrites, Versions, apply_writes
+from bulksync.coordinator.cached import cache_key, cached_writes, keep_writes
 from bulksync.coordinator.commands import command_writes, is_resume_map
 from bulksync.coordinator.executor import (
     Executor,
@@ -98,8 +100,10 @@ class SuperstepLoop:
         control: Any = None,
         abandoned: threading.Event | None = None,
         home: Any = None,
+        cache: Any = None,
     ) -> None:
         self.spec = spec
+        self.cache = spec.cache if spec.cache is not None else cache
         self.home = home  # the async caller's event loop (StepLive.home); a child's is its root's
         self.store = spec.store if spec.store is not None else store
         self.control = options.control if options.control is not None else control
@@ -107,6 +111,7 @@ class SuperstepLoop:
         # has not started. A child loop shares its root's.
         self.abandoned = abandoned if abandoned is not None else threading.Event()
         self.stopped = False  # this loop's caller stopped it (its parent goes on)
+        self.cache_keys: dict[str, FullKey] = {}  # this step's tasks' node cache entries
         self._handle: StepHandle | None = None
         self.input = input
         self.saver = saver
@@ -352,7 +357,7 @@ class SuperstepLoop:
     def run_tasks(self) -> None:
         """Run the step's unfinished tasks, recording each result as it arrives."""
         self.stream.flush()
-        todo = [t for t in self.tasks.values() if t.id not in self.task_writes]
+        todo = self._from_cache([t for t in self.tasks.values() if t.id not in self.task_writes])
         if not todo:
             return
         results: queue.Queue[TaskResult] = queue.Queue()
@@ -370,6 +375,7 @@ class SuperstepLoop:
             self.store,
             self.control,
             self.abandoned,
+            self.cache,
             self.home,
         )
         handle = self._handle = (
@@ -413,6 +419,22 @@ class SuperstepLoop:
         if paused:
             raise GraphInterrupt(tuple(self.interrupts))
 
+    def _from_cache(self, todo: list[Task]) -> list[Task]:
+        """Record the tasks whose writes the node cache holds (``cached.py``); the others,
+        to run (their cache keys kept, for their results)."""
+        self.cache_keys = {}
+        if self.cache is None:
+            return todo
+        for task in todo:
+            node = self.spec.nodes[task.name]
+            if node.cache_policy is not None:
+                self.cache_keys[task.id] = cache_key(node.cache_ns, node.cache_policy, task.input)
+        found = cached_writes(self.cache, self.cache_keys)
+        for task in todo:
+            if task.id in found:
+                self._record(task, TaskResult(task.id, tuple(found[task.id])), cached=True)
+        return [t for t in todo if t.id not in found]
+
     def _step_input(self) -> StepInput:
         resume = {
             tid: list(s.resume)
@@ -446,8 +468,9 @@ class SuperstepLoop:
             returns={tid: v for tid, chan, v in self.ledger.pending if chan == RETURN},
         )
 
-    def _record(self, task: Task, result: TaskResult) -> BaseException | None:
-        """Persist one task's result; return the error that must stop the step, if any."""
+    def _record(self, task: Task, result: TaskResult, cached: bool = False) -> BaseException | None:
+        """Persist one task's result (``cached``: writes the node cache held); return the
+        error that must stop the step, if any."""
         for call in result.calls:  # ``@task`` calls it made: their results outlive a pause
             self.ledger.record(call.task_id, call.path, call.writes, call.name)
         path = stream.task_path_key(task)
@@ -471,7 +494,11 @@ class SuperstepLoop:
         plain = self.ledger.record(task.id, path, writes, task.name)
         self.task_writes[task.id] = [w for w in plain if w[0] not in (RESUME,)]
         shown = dataclasses.replace(task, name=result.handled_by) if result.handled_by else task
-        self.stream.update(shown, self.task_writes[task.id], cached=False)
+        self.stream.update(shown, self.task_writes[task.id], cached=cached)
+        key = self.cache_keys.get(task.id)
+        if key is not None and not cached and not result.handled_by:
+            ttl = self.spec.nodes[task.name].cache_policy.ttl  # type: ignore[union-attr]
+            keep_writes(self.cache, key, self.task_writes[task.id], ttl)
         self.stream.result(task, plain)
         return None
 
@@ -676,6 +703,7 @@ def run_child(
         control=live.control,
         abandoned=live.abandoned,
         home=live.home,
+        cache=live.cache,
     )
     if started is not None:
         started(loop)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from bulksync.channels.base import BaseChannel
 from bulksync.checkpoint.base import CheckpointSaver
-from bulksync.types import RetryPolicy, StateSnapshot, TimeoutPolicy
+from bulksync.types import CachePolicy, RetryPolicy, StateSnapshot, TimeoutPolicy
 
 if TYPE_CHECKING:
     from bulksync.coordinator.executor import Executor
@@ -82,6 +82,10 @@ class NodeSpec:
     managed: tuple[str, ...] = ()
     """Managed keys (``bulksync.managed``) the node's input holds besides its channels."""
     error_handler: ErrorHandler | None = None
+    cache_policy: CachePolicy | None = None
+    """Reuse the writes of an earlier task with the same input (``compile(cache=...)``)."""
+    cache_ns: tuple[str, ...] = ()
+    """The cache namespace of the node's results (``cached.py``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,6 +114,9 @@ class GraphSpec:
     """The ``store.BaseStore`` given at compile time; a subgraph without one uses its
     parent's. A worker has its own copy (the graph module builds it): give a cluster graph a
     store every process reaches, such as ``PostgresStore``."""
+    cache: Any = None
+    """The node cache given at compile time (``bulksync.cache``); a subgraph without one uses
+    its parent's. The coordinator consults it for node tasks."""
 
 
 class CompiledGraph(Protocol):

@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar, get_args, get_origin
 from bulksync.channels.ephemeral_value import EphemeralValue
 from bulksync.channels.last_value import LastValue
 from bulksync.constants import END, PREVIOUS, START
+from bulksync.coordinator.cached import cache_namespace
 from bulksync.coordinator.spec import GraphSpec, NodeSpec, ReadState, Write
 from bulksync.errors import sync_timeout_error
 from bulksync.graph.compiled import CompiledStateGraph
@@ -117,6 +118,8 @@ class entrypoint:
             writer=_write_final,
             retry_policy=self.retry_policy,
             timeout=self.timeout,
+            cache_policy=self.cache_policy,
+            cache_ns=cache_namespace(name, func),
             is_async=is_async_callable(func),
         )
         spec = GraphSpec(
@@ -132,6 +135,7 @@ class entrypoint:
             stream_channels=END,
             trigger_to_nodes={START: (name,)},
             store=self.store,
+            cache=self.cache,
         )
         return EntrypointGraph(builder=builder, spec=spec, checkpointer=self.checkpointer)
 

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any, Generic, ParamSpec, TypeVar
 
 from bulksync.context import maybe_current_task
+from bulksync.coordinator.cached import cache_namespace
 from bulksync.errors import sync_timeout_error
 from bulksync.graph.schema import is_async_callable
 from bulksync.types import RetryPolicy, TimeoutPolicy
@@ -64,13 +65,16 @@ class TaskFunction(Generic[P, T]):
             name=self.name,
             retry_policy=self.retry_policy,
             timeout=self.timeout,
+            cache_policy=self.cache_policy,
         )
 
     def clear_cache(self, cache: Any) -> None:
-        """Forget this task's cached results (none are kept: calls are not cached yet)."""
+        """Forget this task's results cached in ``cache``."""
+        cache.clear([cache_namespace(self.name, self.func)])
 
     async def aclear_cache(self, cache: Any) -> None:
         """``clear_cache`` for async callers."""
+        self.clear_cache(cache)
 
 
 def task(

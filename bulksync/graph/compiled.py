@@ -26,7 +26,7 @@ from bulksync.coordinator.options import RunOptions, validate_recursion_limit
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.coordinator.stream import check_version, frame, stream_modes, stream_part
 from bulksync.errors import GraphInterrupt
-from bulksync.graph.async_methods import AsyncGraphMethods, in_threads
+from bulksync.graph.async_methods import AsyncGraphMethods, in_thread, in_threads
 from bulksync.graph.invoked import invoked_graph
 from bulksync.graph.langchain_graph import langchain_available, to_langchain_graph
 from bulksync.graph.layout import builder_drawable
@@ -439,6 +439,23 @@ class CompiledStateGraph(AsyncGraphMethods):
     ) -> AsyncIterator[tuple[str, CompiledStateGraph]]:
         """``get_subgraphs`` for async callers."""
         return in_threads(self.get_subgraphs(namespace=namespace, recurse=recurse))
+
+    def clear_cache(self, nodes: Sequence[str] | None = None) -> None:
+        """Drop the cached results of ``nodes`` (None: every node) from the graph's cache.
+
+        Raises:
+            ValueError: the graph was compiled without a cache.
+        """
+        cache = self.spec.cache
+        if cache is None:
+            raise ValueError("No cache is set for this graph: compile it with cache=... first.")
+        names = self.spec.nodes if nodes is None else nodes
+        known = [self.spec.nodes[n] for n in names if n in self.spec.nodes]
+        cache.clear([node.cache_ns for node in known if node.cache_ns])
+
+    async def aclear_cache(self, nodes: Sequence[str] | None = None) -> None:
+        """``clear_cache`` for async callers."""
+        await in_thread(self.clear_cache, nodes)
 
     def get_graph(
         self, config: Mapping[str, Any] | None = None, *, xray: bool | int = False

@@ -39,7 +39,7 @@ from bulksync.graph.validation import check_reachable, check_structure
 from bulksync.graph.writers import compile_nodes
 from bulksync.settings import env_setting
 from bulksync.stream.events import transformer_factories
-from bulksync.types import RetryPolicy, TimeoutPolicy
+from bulksync.types import CachePolicy, RetryPolicy, TimeoutPolicy
 from bulksync.warnings import LangGraphDeprecatedSinceV05, LangGraphDeprecatedSinceV10
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ class StateNodeSpec:
     routes_anywhere: bool = False
     error_handler: Any = None
     """Runs instead when the node fails for good (``add_node(error_handler=...)``)."""
+    cache_policy: CachePolicy | None = None
 
 
 class StateGraph(Generic[StateT]):
@@ -172,8 +173,12 @@ class StateGraph(Generic[StateT]):
         retry: RetryPolicy | Sequence[RetryPolicy] | None = None,
         input: Any = None,
         error_handler: Any = None,
+        cache_policy: CachePolicy | None = None,
     ) -> Self:
         """Add a node running ``action`` (a function, callable object or compiled graph).
+
+        ``cache_policy`` (LangGraph's) reuses the writes of an earlier task of the node with
+        the same input, given a cache at ``compile(cache=...)``.
 
         ``error_handler`` (LangGraph's) runs when the node fails after its retries: it gets
         the node's input (and ``error: NodeError`` if it declares it) and its update or
@@ -221,6 +226,7 @@ class StateGraph(Generic[StateT]):
             defer=defer,
             queue=queue,
             timeout=policy,
+            cache_policy=cache_policy,
             routes_anywhere=subgraph is not None or (not ends and may_return_command(returned)),
             error_handler=error_handler,
         )
@@ -237,14 +243,10 @@ class StateGraph(Generic[StateT]):
         """Policies for every node that sets none of its own, applied at ``compile``
         (LangGraph's): ``retry_policy`` and ``timeout`` for every node, ``error_handler``
         for the nodes without one (a handler's own failure fails the run). Chainable.
-        ``cache_policy`` is accepted and not applied: bulksync caches no node results yet
-        (the answers are the same; nodes run each time), and says so in the log.
+        ``cache_policy`` for the nodes without one.
         """
         if cache_policy is not None:
-            logger.warning(
-                "set_node_defaults(cache_policy=...): bulksync does not cache node results "
-                "yet; every node runs each time (same results)."
-            )
+            self.node_defaults["cache_policy"] = cache_policy
         if retry_policy is not None:
             self.node_defaults["retry_policy"] = _retry_policies(retry_policy)
         if error_handler is not None:
@@ -365,12 +367,14 @@ class StateGraph(Generic[StateT]):
         name: str | None = None,
         strict: bool | None = None,
         store: Any = None,
+        cache: Any = None,
         transformers: Sequence[Callable[[tuple[str, ...]], Any]] | None = None,
     ) -> CompiledStateGraph:
         """Validate and compile into a runnable graph (see ``build_spec``).
 
         ``store`` (a ``bulksync.store.BaseStore``) is what nodes get as ``runtime.store``,
-        a ``store`` parameter or ``get_store()``; subgraphs without one share it.
+        a ``store`` parameter or ``get_store()``; subgraphs without one share it. ``cache``
+        (a ``bulksync.cache.BaseCache``) holds the results of nodes with a ``cache_policy``.
 
         ``strict`` (default: the ``BULKSYNC_STRICT`` setting, off) turns what LangGraph skips
         with a warning into errors: an update key outside the state schema, a goto, ``Send``
@@ -394,7 +398,7 @@ class StateGraph(Generic[StateT]):
         for cls in stored_types(reached):  # decodable by name, even if defined locally
             register_type(cls)
         spec = build_spec(self, interrupt_before, interrupt_after, name=graph_name, strict=strict)
-        spec = dataclasses.replace(spec, store=store)
+        spec = dataclasses.replace(spec, store=store, cache=cache)
         return CompiledStateGraph(
             builder=self,
             spec=spec,

@@ -29,6 +29,7 @@ from bulksync.channels.last_value import LastValueAfterFinish
 from bulksync.channels.named_barrier_value import NamedBarrierValue, NamedBarrierValueAfterFinish
 from bulksync.channels.topic import Topic
 from bulksync.constants import END, START, TASKS
+from bulksync.coordinator.cached import cache_namespace
 from bulksync.coordinator.spec import ErrorHandler, NodeSpec, NodeWriter, ReadState, Write
 from bulksync.errors import (
     InvalidGraphError,
@@ -341,6 +342,8 @@ def compile_nodes(
             metadata=dict(node.metadata or {}),
             queue=node.queue,
             timeout=_timeout(key, node, defaults.get("timeout")),
+            cache_policy=node.cache_policy or defaults.get("cache_policy"),
+            cache_ns=cache_namespace(key, node.action),
             is_async=node.is_async,
             managed=tuple(builder.managed_of[node.input_schema]),
             error_handler=_error_handler(

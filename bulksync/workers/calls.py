@@ -26,15 +26,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from bulksync.cache.base import FullKey
 from bulksync.constants import NS_SEP, PUSH, RESUME, RETURN
 from bulksync.context import TaskContext, task_context
+from bulksync.coordinator.cached import cache_key, cache_namespace
 from bulksync.coordinator.executor import CallRecord
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import Write
 from bulksync.coordinator.stream import task_path_key
 from bulksync.errors import GraphInterrupt
 from bulksync.ids import task_id
-from bulksync.types import RetryPolicy, TimeoutPolicy
+from bulksync.types import CachePolicy, RetryPolicy, TimeoutPolicy
 from bulksync.workers.cancel_scope import run_coroutine
 from bulksync.workers.messages import listening
 from bulksync.workers.timeouts import AttemptClock, run_timed
@@ -73,6 +75,7 @@ class Calls:
         log: CallLog,
         emit: Callable[[dict[str, Any]], None],
         started: Callable[[], None] | None = None,
+        cache: Any = None,
     ) -> None:
         self.caller = caller
         self.returns = returns
@@ -81,6 +84,8 @@ class Calls:
         self.emit = emit
         self.started = started
         """Told of each call started (progress of the caller's timed attempt)."""
+        self.cache = cache
+        """The run's node cache: calls with a cache policy reuse results by arguments."""
         self._index = itertools.count()
         self._running: list[concurrent.futures.Future[Any]] = []
 
@@ -102,6 +107,7 @@ class Calls:
         name: str,
         retry_policy: Sequence[RetryPolicy] = (),
         timeout: TimeoutPolicy | None = None,
+        cache_policy: CachePolicy | None = None,
     ) -> Any:
         """Start ``func(*args, **kwargs)`` as a call named ``name``; a future of its result.
 
@@ -114,7 +120,15 @@ class Calls:
         loop = _running_loop()
         if task.id in self.returns:  # finished in an earlier attempt: not run again
             return _done(self.returns[task.id], loop)
+        key = None
+        if cache_policy is not None and self.cache is not None:
+            key = cache_key(cache_namespace(name, func), cache_policy, *args, **kwargs)
+            found = self.cache.get([key])
+            if key in found:  # the result of an earlier call with these arguments
+                self.emit({name: found[key]})
+                return _done(found[key], loop)
         run = _CallRun(self, task, func, args, kwargs, retry_policy)
+        run.cached = None if key is None else (key, cache_policy.ttl)  # type: ignore[union-attr]
         if loop is not None and inspect.iscoroutinefunction(func):
             return loop.create_task(run.run_async())
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
@@ -159,6 +173,8 @@ class _CallRun:
         self.args = args
         self.kwargs = kwargs
         self.retry_policy = retry_policy
+        self.cached: tuple[FullKey, int | None] | None = None
+        """Where the result goes in the node cache, and for how long."""
 
     def run_sync(self, future: concurrent.futures.Future[Any]) -> None:
         """Run on this thread; settle ``future`` with the result or the error."""
@@ -214,7 +230,15 @@ class _CallRun:
         ctx = self.calls.context_for(self.task, resumes, clock)
         calls = self.calls
         started = clock.progress if clock is not None else None
-        nested = Calls(self.task, calls.returns, calls.context_for, calls.log, calls.emit, started)
+        nested = Calls(
+            self.task,
+            calls.returns,
+            calls.context_for,
+            calls.log,
+            calls.emit,
+            started,
+            calls.cache,
+        )
         ctx.calls = nested
         return ctx, nested, clock
 
@@ -236,6 +260,9 @@ class _CallRun:
         if error is None:
             writes.append((RETURN, value))
             self.calls.emit({self.task.name: value})
+            if self.cached is not None:
+                key, ttl = self.cached
+                self.calls.cache.set({key: (value, ttl)})
         elif not isinstance(error, GraphInterrupt):
             error.add_note(f"During task with name '{self.task.name}' and id '{self.task.id}'")
         if writes:

@@ -280,7 +280,7 @@ def _calls(
             live.sink(step.namespace, "updates", update)
 
     started = clock.progress if clock is not None else None
-    return Calls(task, step.returns, context_for, CallLog(), emit, started)
+    return Calls(task, step.returns, context_for, CallLog(), emit, started, live.cache)
 
 
 def _timed(handlers: list[Any], clock: AttemptClock | None) -> list[Any]:

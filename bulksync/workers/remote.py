@@ -50,7 +50,11 @@ class RemoteStep:
         only if it was compiled with a checkpointer of its own.
         """
         return StepLive(
-            sink, NullResume(self.input.null_resume), LocalExecutor(), store=self.spec.store
+            sink,
+            NullResume(self.input.null_resume),
+            LocalExecutor(),
+            store=self.spec.store,
+            cache=self.spec.cache,
         )
 
     def run(

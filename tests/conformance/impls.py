@@ -49,6 +49,7 @@ class Impl:
     Interrupt: Any
     RetryPolicy: Any
     TimeoutPolicy: Any
+    CachePolicy: Any
     Overwrite: Any
     errors: ModuleType
     get_stream_writer: Callable[[], Callable[[Any], None]]
@@ -58,6 +59,7 @@ class Impl:
     managed: ModuleType
     func: ModuleType
     store: ModuleType
+    cache: ModuleType
     get_store: Callable[[], Any]
     stream: ModuleType
     callbacks: ModuleType
@@ -106,6 +108,7 @@ def _load(pkg: str, name: str) -> Impl:
         Interrupt=types.Interrupt,
         RetryPolicy=types.RetryPolicy,
         TimeoutPolicy=types.TimeoutPolicy,
+        CachePolicy=types.CachePolicy,
         Overwrite=types.Overwrite,
         errors=importlib.import_module(f"{pkg}.errors"),
         get_stream_writer=config.get_stream_writer,
@@ -115,6 +118,7 @@ def _load(pkg: str, name: str) -> Impl:
         managed=importlib.import_module(f"{pkg}.managed"),
         func=importlib.import_module(f"{pkg}.func"),
         store=importlib.import_module(f"{pkg}.store.memory"),
+        cache=importlib.import_module(f"{pkg}.cache.memory"),
         get_store=config.get_store,
         stream=importlib.import_module(f"{pkg}.stream"),
         callbacks=importlib.import_module(f"{pkg}.callbacks"),
@@ -138,6 +142,10 @@ EXCLUDED: dict[str, dict[str, str]] = {
     "celery": {"nodes_share_the_callers_loop": _NODES_RUN_ON_WORKERS},
     "remote": {
         "nodes_share_the_callers_loop": _NODES_RUN_ON_WORKERS,
+        "clearing_the_node_cache": (
+            "clear_cache is a method of the compiled graph, whose cache lives with the "
+            "service that runs it; a RemoteGraph has no such method"
+        ),
         "step_timeout": (
             "it sets step_timeout on the graph between runs, and a RemoteGraph runs the graph "
             "as its service loaded it (the attribute is set in the graph's module there)"

@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("stream",),
     ("workers",),
     ("coordinator",),
-    ("channels", "checkpoint", "store"),
+    ("channels", "checkpoint", "store", "cache"),
     # settings raises errors.ConfigError, so it sits above errors (which imports nothing).
     ("settings",),
     ("runtime",),

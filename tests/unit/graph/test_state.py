@@ -583,14 +583,24 @@ def test_node_defaults_apply_where_a_node_sets_none() -> None:
     assert nodes["b"].error_handler.name == "__error_handler__b"
 
 
-def test_a_node_default_cache_policy_is_logged_not_applied(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_a_node_default_cache_policy_applies_where_a_node_sets_none() -> None:
+    from bulksync.types import CachePolicy
+
     class S(TypedDict):
         x: int
 
-    StateGraph(S).set_node_defaults(cache_policy=object())
-    assert "does not cache node results" in caplog.text
+    own, default = CachePolicy(ttl=5), CachePolicy(ttl=60)
+    builder = (
+        StateGraph(S)
+        .set_node_defaults(cache_policy=default)
+        .add_node("a", lambda s: s, cache_policy=own)
+        .add_node("b", lambda s: s)
+        .add_edge(START, "a")
+        .add_edge("a", "b")
+    )
+    nodes = builder.compile().spec.nodes
+    assert (nodes["a"].cache_policy, nodes["b"].cache_policy) == (own, default)
+    assert nodes["a"].cache_ns[::2] == ("__pregel_ns_writes", "a")
 
 
 def test_a_checkpointer_that_is_not_one_is_named() -> None:
