@@ -93,6 +93,8 @@ class TaskContext:
     calls: Any = None
     # In a node's error handler: the ``errors.NodeError`` it handles.
     node_error: Any = None
+    # The task's ``messages`` stream (``workers.messages.MessageStream``) when its run has one.
+    messages: Any = None
 
     def record_resume(self, answers: list[Any]) -> None:
         """Record the answers consumed so far as the task's ``__resume__`` write."""

@@ -344,6 +344,24 @@ def node_error_message(node: str, detail: str, *, key: str | None = None) -> str
     return f"{where}: {detail}"
 
 
+INVALID_RESUME = "_bulksync_invalid_resume"
+"""The attribute that marks an error raised because a resume answer did not match its
+interrupt's ``response_schema`` (it travels with the error across the wire)."""
+
+
+def mark_invalid_resume(error: BaseException) -> BaseException:
+    """Mark ``error`` as an invalid resume answer's (``is_invalid_resume``); return it."""
+    setattr(error, INVALID_RESUME, True)
+    return error
+
+
+def is_invalid_resume(error: BaseException) -> bool:
+    """Whether ``error`` was raised because a resume answer did not match the interrupt's
+    ``response_schema`` (LangGraph's): the answer was not taken, the interrupt can be
+    answered again."""
+    return getattr(error, INVALID_RESUME, False) is True
+
+
 def sync_timeout_error(what: str) -> InvalidGraphError:
     """The error for a timeout on ``what`` (``"Node 'x'"``, ``"Task 'y'"``) when it is sync."""
     return InvalidGraphError(

@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeVar
 
 from bulksync.context import current_task
-from bulksync.errors import ConfigError, GraphInterrupt
+from bulksync.errors import ConfigError, GraphInterrupt, mark_invalid_resume
 from bulksync.ids import interrupt_id
 from bulksync.warnings import LangGraphDeprecatedSinceV11
 
@@ -301,12 +301,12 @@ def interrupt(value: Any, *, response_schema: Any = None) -> Any:
     adapter = _response_adapter(response_schema)
     idx = pad.next_interrupt_index()
     if idx < len(pad.resume):
+        checked = _checked(adapter, pad.resume[idx])
         ctx.record_resume(pad.resume[: idx + 1])
-        answer = pad.resume[idx]
-        return adapter.validate_python(answer) if adapter is not None else answer
+        return checked
     answer = pad.take_null_resume()
     if answer is not None:
-        checked = adapter.validate_python(answer) if adapter is not None else answer
+        checked = _checked(adapter, answer)
         pad.resume.append(answer)
         ctx.record_resume(list(pad.resume))
         return checked
@@ -315,6 +315,17 @@ def interrupt(value: Any, *, response_schema: Any = None) -> Any:
         value=value, id=interrupt_id(pad.task_ns, len(pad.resume)), response_schema=shown
     )
     raise GraphInterrupt((ask,))
+
+
+def _checked(adapter: Any, answer: Any) -> Any:
+    """``answer`` validated by ``adapter`` (if any); an invalid one raises a marked error
+    before it is recorded as taken, so the interrupt stays open."""
+    if adapter is None:
+        return answer
+    try:
+        return adapter.validate_python(answer)
+    except Exception as exc:
+        raise mark_invalid_resume(exc) from None
 
 
 def _response_adapter(schema: Any) -> Any:

@@ -65,6 +65,7 @@ from bulksync.errors import (
     GraphRecursionError,
     ParentCommand,
     TaskCancelledError,
+    is_invalid_resume,
 )
 from bulksync.managed import managed_values
 from bulksync.types import Command, Interrupt
@@ -411,7 +412,9 @@ class SuperstepLoop:
                 self.stream.flush()
             if error is not None and failure is None:
                 failure = error
-                if handle is not None:
+                # An answer that failed its response_schema leaves the interrupt open; the
+                # other answered tasks finish (stopped after a side effect, they would redo it).
+                if handle is not None and not is_invalid_resume(error):
                     handle.cancel()
         if failure is not None:
             self.stream.flush()  # the failed task's result is streamed before the error

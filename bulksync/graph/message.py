@@ -23,9 +23,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, Final, Literal, TypedDict, overload
 
+from bulksync.context import current_task
 from bulksync.errors import InvalidUpdateError, describe_type
 
-__all__ = ("REMOVE_ALL_MESSAGES", "Messages", "MessagesState", "add_messages")
+__all__ = ("REMOVE_ALL_MESSAGES", "Messages", "MessagesState", "add_messages", "push_message")
 
 REMOVE_ALL_MESSAGES: Final = "__remove_all__"
 """Id of a removal that clears every message before it (LangGraph's value)."""
@@ -156,6 +157,31 @@ def _apply(
     if doomed:
         merged = [m for m in merged if id_of(m) not in doomed]
     return merged
+
+
+def push_message(message: Any, *, state_key: str | None = "messages") -> Any:
+    """From a running node: stream ``message`` on the ``messages`` mode now, and write it to
+    the ``state_key`` channel (none if None) with the node's other writes (LangGraph's).
+
+    ``message`` is a langchain-core message or anything that converts to one (a dict, a
+    ``(role, content)`` pair); the one streamed and written is returned.
+
+    Raises:
+        ValueError: the message has no id (one is needed to find it in the state again).
+        RuntimeError: outside a node bulksync is running.
+        ImportError: langchain-core is not installed.
+    """
+    from langchain_core.messages import convert_to_messages
+
+    ctx = current_task()
+    converted = convert_to_messages([message])[0]
+    if converted.id is None:
+        raise ValueError("Message ID is required: push_message(...) needs a message with an id.")
+    if ctx.messages is not None:
+        ctx.messages.pass_on(converted, dict(ctx.messages.metadata), once=False)
+    if state_key:
+        ctx.send([(state_key, converted)])
+    return converted
 
 
 def _langchain() -> Any | None:

@@ -155,11 +155,12 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
         if callbacks is not None:
             ctx.config["callbacks"] = callbacks
         ctx.calls = calls = _calls(step, live, task, null_resume, handlers, clock)
+        ctx.messages = messages
         try:
             writes = _attempt(node, task, ctx, read, messages, traced, clock)
             return TaskResult(
                 task.id,
-                tuple(_last_resume(resumes) + writes),
+                tuple(_sent(resumes) + writes),
                 took_null_resume=null_resume.taken,
                 calls=calls.join(),
                 handled_by=handled_by,
@@ -358,6 +359,12 @@ def _last_resume(resumes: list[Write]) -> list[Write]:
     """Only the latest ``__resume__`` write counts: it lists every answer consumed."""
     last = [w for w in resumes if w[0] == RESUME][-1:]
     return [(RESUME, w[1]) for w in last]
+
+
+def _sent(sent: list[Write]) -> list[Write]:
+    """What a finished node sent while it ran: its latest ``__resume__`` write, then the
+    others (``push_message``'s) in the order sent."""
+    return _last_resume(sent) + [w for w in sent if w[0] != RESUME]
 
 
 __all__ = ["run_task"]

@@ -41,11 +41,14 @@ from bulksync.checkpoint.serde import (
 from bulksync.coordinator.executor import CallRecord, Nesting, StepInput, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.errors import (
+    INVALID_RESUME,
     REMOTE_NOTE,
     SerializationError,
     StoredError,
     TaskError,
     describe_type,
+    is_invalid_resume,
+    mark_invalid_resume,
 )
 from bulksync.types import Interrupt, TimeoutPolicy
 
@@ -361,7 +364,10 @@ def _error_record(error: BaseException | None) -> list[Any] | None:
     # Notes other than a remote trace (which ``trace`` holds) go along: "During task …".
     notes = [n for n in getattr(error, "__notes__", ()) if not n.startswith(REMOTE_NOTE)]
     record = [ref, type_name, args, str(error), repr(error), trace, retryable, notes]
-    return [*record, details] if (details := _validation_details(error)) else record
+    details = _validation_details(error)
+    if is_invalid_resume(error):  # the mark goes along (after the details slot)
+        return [*record, details, [INVALID_RESUME]]
+    return [*record, details] if details else record
 
 
 def _validation_details(error: BaseException) -> list[Any] | None:
@@ -401,6 +407,8 @@ def _rebuild_error(record: Sequence[Any]) -> BaseException:
         error = StoredError(type_name, message, original_repr)
     if isinstance(error, TaskError) and isinstance(retryable, bool):
         error.retryable = retryable
+    if len(rest) > 3 and INVALID_RESUME in rest[3]:
+        mark_invalid_resume(error)
     for note in notes:
         if note not in getattr(error, "__notes__", ()):
             error.add_note(note)

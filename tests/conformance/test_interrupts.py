@@ -513,3 +513,45 @@ def interrupt_with_response_schema(impl: Impl) -> Any:
 
 def test_interrupt_with_response_schema(conform: Conform) -> None:
     conform(interrupt_with_response_schema)
+
+
+def invalid_resume_leaves_the_others_be(impl: Impl) -> Any:
+    """An answer that fails its ``response_schema`` is marked (``is_invalid_resume``) and
+    leaves that interrupt open, while the tasks answered rightly in the same resume finish
+    (once: their side effects are not redone on the next resume)."""
+    sent: list[str] = []
+
+    def send(state: State) -> dict[str, Any]:
+        impl.interrupt("send?", response_schema=Answer)
+        sent.append("email")
+        return {"log": ["sent"]}
+
+    def check(state: State) -> dict[str, Any]:
+        impl.interrupt("check?", response_schema=Answer)
+        return {"log": ["checked"]}
+
+    b = impl.StateGraph(State)
+    b.add_node("send", send)
+    b.add_node("check", check)
+    b.add_edge(impl.START, "send")
+    b.add_edge(impl.START, "check")
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = _cfg("invalid-resume")
+    g.invoke({"log": []}, cfg)
+    ids = {i.value: i.id for i in g.get_state(cfg).interrupts}
+    good, bad = {"name": "Ada", "age": 36}, {"name": "Ada", "age": "old"}
+    failed = attempt(g.invoke, impl.Command(resume={ids["send?"]: good, ids["check?"]: bad}), cfg)
+    pending = [i.value for i in g.get_state(cfg).interrupts]
+    done = g.invoke(impl.Command(resume={ids["check?"]: good}), cfg)
+    return {
+        "failed": type(failed).__name__,
+        "marked": impl.errors.is_invalid_resume(failed),
+        "other errors unmarked": impl.errors.is_invalid_resume(ValueError("x")),
+        "pending": pending,
+        "done": sorted(done["log"]),
+        "sent": sent,
+    }
+
+
+def test_invalid_resume_leaves_the_others_be(conform: Conform) -> None:
+    conform(invalid_resume_leaves_the_others_be)

@@ -27,6 +27,8 @@ from bulksync.errors import (
     TaskCancelledError,
     TaskError,
     TaskTimeoutError,
+    is_invalid_resume,
+    mark_invalid_resume,
 )
 from bulksync.types import Command, Interrupt, Send
 from bulksync.workers import wire
@@ -407,6 +409,11 @@ def test_a_pydantic_validation_error_crosses_as_itself() -> None:
     back = wire.loads_result(wire.dumps_result(TaskResult("t", error=error), "ask")).error
     assert isinstance(back, pydantic.ValidationError)
     assert back.errors(include_url=False) == error.errors(include_url=False)
+    assert not is_invalid_resume(back)
+    marked = wire.loads_error(wire.dumps_error(mark_invalid_resume(error)))
+    assert is_invalid_resume(marked) and isinstance(marked, pydantic.ValidationError)
+    plain = wire.loads_error(wire.dumps_error(mark_invalid_resume(ValueError("no"))))
+    assert is_invalid_resume(plain)  # the mark travels without validation details too
 
 
 def test_the_error_handler_a_result_came_from_crosses_the_wire() -> None:
