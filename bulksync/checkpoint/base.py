@@ -163,7 +163,8 @@ class CheckpointSaver(Protocol):
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first; ``filter`` matches metadata keys, ``before`` a checkpoint id.
 
-        ``config`` names the thread (and namespace, default ``""``); ``None`` lists every thread.
+        ``config`` names the thread and optionally a namespace (without one, as in LangGraph:
+        every namespace of the thread, its subgraphs' too); ``None`` lists every thread.
         """
 
     def put(
@@ -327,18 +328,32 @@ def before_id(before: Mapping[str, Any] | None) -> str | None:
     return None if checkpoint_id is None else str(checkpoint_id)
 
 
+def names_namespace(config: Mapping[str, Any]) -> bool:
+    """Whether a ``list`` config names a namespace: without one, as in LangGraph's savers,
+    the thread's checkpoints of every namespace (its subgraphs' too) are listed."""
+    return (config.get("configurable") or {}).get(CHECKPOINT_NS) is not None
+
+
 def list_where(
-    config: Mapping[str, Any] | None, before: Mapping[str, Any] | None, placeholder: str
+    config: Mapping[str, Any] | None,
+    before: Mapping[str, Any] | None,
+    placeholder: str,
+    *,
+    listing: bool = False,
 ) -> tuple[str, list[Any]]:
     """The SQL ``WHERE`` clause (and its parameters) selecting checkpoints for ``list``'s
-    config and ``before`` arguments, or ``get_tuple``'s config; ``placeholder`` is the
-    driver's parameter marker (``%s`` for psycopg, ``?`` for sqlite3)."""
+    config and ``before`` arguments (``listing``), or ``get_tuple``'s config (namespace
+    ``""`` unless named); ``placeholder`` is the driver's parameter marker (``%s`` for
+    psycopg, ``?`` for sqlite3)."""
     where = "1 = 1"
     params: list[Any] = []
     if config is not None:
         thread_id, ns, checkpoint_id = config_thread(config)
-        where += f" AND thread_id = {placeholder} AND checkpoint_ns = {placeholder}"
-        params += [thread_id, ns]
+        where += f" AND thread_id = {placeholder}"
+        params.append(thread_id)
+        if not listing or names_namespace(config):
+            where += f" AND checkpoint_ns = {placeholder}"
+            params.append(ns)
         if checkpoint_id is not None:
             where += f" AND checkpoint_id = {placeholder}"
             params.append(checkpoint_id)

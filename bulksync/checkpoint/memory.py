@@ -28,6 +28,7 @@ from bulksync.checkpoint.base import (
     checkpoint_config,
     config_thread,
     metadata_matches,
+    names_namespace,
     stored_bytes,
     write_index,
     write_target,
@@ -96,8 +97,8 @@ class InMemorySaver(AsyncSaverMethods):
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first; ``filter`` matches metadata keys, ``before`` a checkpoint id.
 
-        ``config`` names the thread and namespace (default ``""``) and optionally one
-        checkpoint; ``None`` lists every thread and namespace.
+        ``config`` names the thread, optionally a namespace (without one: all of the
+        thread's) and one checkpoint; ``None`` lists every thread and namespace.
         """
         with self._lock:
             keys = self._matching_keys(config, before_id(before))
@@ -187,6 +188,8 @@ class InMemorySaver(AsyncSaverMethods):
         else:
             thread_id, ns, only_id = config_thread(config)
             scopes = [(thread_id, ns)]
+            if not names_namespace(config):  # the thread's every namespace
+                scopes = [scope for scope in self._checkpoints if scope[0] == thread_id]
         keys = [
             (thread_id, ns, checkpoint_id)
             for thread_id, ns in scopes

@@ -146,10 +146,10 @@ class SqliteSaver(AsyncSaverMethods):
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first; ``filter`` matches metadata keys, ``before`` a checkpoint id.
 
-        ``config`` names the thread and namespace (default ``""``) and optionally one
-        checkpoint; ``None`` lists every thread and namespace.
+        ``config`` names the thread, optionally a namespace (without one: all of the
+        thread's) and one checkpoint; ``None`` lists every thread and namespace.
         """
-        where, params = list_where(config, before, "?")
+        where, params = list_where(config, before, "?", listing=True)
         filter_sql, filter_params, exact = _metadata_where(filter)
         where, params = where + filter_sql, params + filter_params
         order = "ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC"

@@ -116,6 +116,21 @@ def test_list_is_newest_first_with_filter_before_and_limit(saver: CheckpointSave
     assert ids(saver.list(thread(), limit=0)) == []
 
 
+def test_list_without_a_namespace_lists_the_threads_every_namespace(
+    saver: CheckpointSaver,
+) -> None:
+    root = put_chain(saver, thread(), 2)
+    sub = put_chain(saver, thread(ns="sub:1"), 3)
+    put_chain(saver, thread("other"), 1)
+    listed = list(saver.list({"configurable": {"thread_id": "t1"}}))
+    assert sorted(ids(listed)) == sorted(c["configurable"]["checkpoint_id"] for c in root + sub)
+    assert {t.config["configurable"]["checkpoint_ns"] for t in listed} == {"", "sub:1"}
+    assert len(list(saver.list(thread()))) == 2  # a namespace named: that one only
+    assert len(list(saver.list(thread(ns="sub:1")))) == 3
+    # get_tuple without one reads the root namespace, as before.
+    assert saver.get_tuple({"configurable": {"thread_id": "t1"}}).config == root[-1]  # type: ignore[union-attr]
+
+
 def test_listed_tuples_equal_get_tuple(saver: CheckpointSaver) -> None:
     configs = put_chain(saver, thread(), 3)
     saver.put_writes(configs[1], [("count", 7)], "task")
