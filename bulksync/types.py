@@ -168,6 +168,11 @@ class Command(Generic[N]):
 
     PARENT: ClassVar[Literal["__parent__"]] = "__parent__"
 
+    def __repr__(self) -> str:
+        """The fields that are set, as LangGraph shows a Command (``Command(goto='x')``)."""
+        fields = ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
+        return "Command(" + ", ".join(f"{k}={v!r}" for k, v in fields if v) + ")"
+
     def update_items(self) -> list[tuple[str, Any]]:
         """The update as ``(key, value)`` pairs, in the order given."""
         return update_as_tuples(self.update)

@@ -708,6 +708,7 @@ def run_child(
         home=live.home,
         cache=live.cache,
     )
+    loop.resume_map = step.resume_map  # answers by interrupt id reach the child's tasks too
     if started is not None:
         started(loop)
     return loop.run()

@@ -555,3 +555,42 @@ def invalid_resume_leaves_the_others_be(impl: Impl) -> Any:
 
 def test_invalid_resume_leaves_the_others_be(conform: Conform) -> None:
     conform(invalid_resume_leaves_the_others_be)
+
+
+def resume_map_reaches_parallel_subgraphs(impl: Impl) -> Any:
+    """Sends to a subgraph that each pause: one ``Command(resume={id: answer})`` answers
+    every subgraph's interrupt by its id."""
+
+    class Child(TypedDict):
+        prompt: str
+        answers: list[str]
+
+    def ask(state: Child) -> dict[str, Any]:
+        return {"answers": [impl.interrupt(state["prompt"])]}
+
+    child = impl.StateGraph(Child)
+    child.add_node("ask", ask)
+    child.add_edge(impl.START, "ask")
+    child_graph = impl.compile(child, checkpointer=impl.saver())
+
+    class Parent(TypedDict):
+        prompts: list[str]
+        answers: Annotated[list[str], operator.add]
+
+    b = impl.StateGraph(Parent)
+    b.add_node("child", child_graph)
+    b.add_conditional_edges(
+        impl.START, lambda s: [impl.Send("child", {"prompt": p}) for p in s["prompts"]], ["child"]
+    )
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = _cfg("resume-map-subgraphs")
+    first = g.invoke({"prompts": ["a", "b", "c"], "answers": []}, cfg)
+    answers = {i.id: f"answer to {i.value}" for i in g.get_state(cfg).interrupts}
+    return {
+        "asked": sorted(i.value for i in first["__interrupt__"]),
+        "done": g.invoke(impl.Command(resume=answers), cfg),
+    }
+
+
+def test_resume_map_reaches_parallel_subgraphs(conform: Conform) -> None:
+    conform(resume_map_reaches_parallel_subgraphs)
