@@ -26,6 +26,7 @@ import redis
 from psycopg_pool import PoolTimeout
 
 from bulksync import keys
+from bulksync.config import merge_configs
 from bulksync.constants import THREAD_ID
 from bulksync.coordinator.stream import (
     check_modes,
@@ -356,11 +357,23 @@ class RemoteGraph(AsyncGraphMethods):
     """
 
     def __init__(
-        self, graph_id: str, client: Client | None = None, *, timeout: float | None = None
+        self,
+        graph_id: str,
+        client: Client | None = None,
+        *,
+        timeout: float | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
         self.graph_id = graph_id
         self.client = client if client is not None else Client()
         self.timeout = timeout
+        self.config = config
+        """The config every run starts from (``with_config``), under the one it is given."""
+
+    def with_config(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> RemoteGraph:
+        """The same remote graph, each run's config merged over ``config`` (and ``kwargs``)."""
+        bound = merge_configs(self.config, {**(config or {}), **kwargs})
+        return RemoteGraph(self.graph_id, self.client, timeout=self.timeout, config=bound)
 
     def invoke(
         self,
@@ -391,7 +404,7 @@ class RemoteGraph(AsyncGraphMethods):
         run_id = self.client.submit(
             self.graph_id,
             input,
-            config=config,
+            config=merge_configs(self.config, config),
             stream_mode=[],
             output_keys=output_keys,
             interrupt_before=interrupt_before,
@@ -428,7 +441,7 @@ class RemoteGraph(AsyncGraphMethods):
         modes, bare = stream_modes(stream_mode, bool(debug))
         payload = {
             "input": input,
-            "config": _run_config(config),
+            "config": _run_config(merge_configs(self.config, config)),
             "stream_mode": modes,
             "subgraphs": subgraphs,
             "options": {

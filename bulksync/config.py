@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bulksync.context import current_task
@@ -34,3 +34,19 @@ def get_store() -> Any:
     """
     runtime = current_task().runtime
     return runtime.store if runtime is not None else None
+
+
+def merge_configs(
+    base: Mapping[str, Any] | None, override: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """``override`` over ``base``: ``configurable`` and ``metadata`` merged key by key,
+    ``tags`` joined, any other key replaced."""
+    merged = dict(base or {})
+    for key, value in (override or {}).items():
+        if key in ("configurable", "metadata") and isinstance(merged.get(key), Mapping):
+            merged[key] = {**merged[key], **(value or {})}
+        elif key == "tags" and merged.get(key):
+            merged[key] = [*merged[key], *(t for t in value or () if t not in merged[key])]
+        else:
+            merged[key] = value
+    return merged

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from bulksync.checkpoint.base import CheckpointSaver, config_thread
+from bulksync.config import merge_configs
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, INTERRUPT, NS_END, NS_SEP
 from bulksync.context import maybe_current_task
 from bulksync.coordinator import state as thread_state
@@ -57,8 +58,11 @@ class CompiledStateGraph(AsyncGraphMethods):
         executor: Executor | None = None,
         stream_transformers: Sequence[TransformerFactory] = (),
         step_timeout: float | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
         self.builder = builder
+        self.config = config
+        """The config every run starts from (``with_config``), under the one it is given."""
         self.step_timeout = step_timeout
         """Seconds a step may take (LangGraph's attribute, set after compiling): past them
         its unfinished tasks are cancelled and the run fails with ``TimeoutError``."""
@@ -86,6 +90,13 @@ class CompiledStateGraph(AsyncGraphMethods):
         """The same graph, run by ``executor`` (e.g. a cluster executor)."""
         return self._copy(executor=executor)
 
+    def with_config(
+        self, config: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> CompiledStateGraph:
+        """The same graph, each run's config merged over ``config`` (and ``kwargs``, as config
+        keys): LangChain's Runnable ``with_config``."""
+        return self._copy(config=merge_configs(self.config, {**(config or {}), **kwargs}))
+
     def with_checkpointer(self, checkpointer: CheckpointSaver | None) -> CompiledStateGraph:
         """The same graph and executor, checkpointing to ``checkpointer`` (e.g. a fenced saver)."""
         return self._copy(checkpointer=checkpointer)
@@ -100,6 +111,7 @@ class CompiledStateGraph(AsyncGraphMethods):
             "executor": self.executor,
             "stream_transformers": self.stream_transformers,
             "step_timeout": self.step_timeout,
+            "config": self.config,
         }
         return type(self)(**(settings | changes))
 
@@ -283,7 +295,7 @@ class CompiledStateGraph(AsyncGraphMethods):
         return {**config, "configurable": root}, ReplayState(root_id, pins)
 
     def _run_config(self, config: Mapping[str, Any] | None) -> dict[str, Any]:
-        merged: dict[str, Any] = dict(config or {})
+        merged: dict[str, Any] = merge_configs(self.config, config)
         merged.setdefault("recursion_limit", _default_recursion_limit())
         merged["configurable"] = dict(merged.get("configurable") or {})
         merged["metadata"] = dict(merged.get("metadata") or {})

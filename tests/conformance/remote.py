@@ -159,6 +159,10 @@ class RemoteHandle(AsyncGraphMethods):
         """`bulk_update_state` run by the coordinator."""
         return self._target().bulk_update_state(*args, **kw)
 
+    def with_config(self, *args: Any, **kw: Any) -> Any:
+        """`with_config` of the remote graph (or of the local one, inside a node)."""
+        return self._target().with_config(*args, **kw)
+
     def get_graph(self, *args: Any, **kw: Any) -> Any:
         """The local compiled graph's drawing (structure, not a run)."""
         return self.local.get_graph(*args, **kw)

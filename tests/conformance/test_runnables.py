@@ -7,6 +7,7 @@ Runnable. The scenarios run on every flavour (on the cluster the node runs on a 
 
 from __future__ import annotations
 
+import asyncio
 import operator
 from typing import Annotated, Any, TypedDict
 
@@ -17,7 +18,7 @@ from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import tool
 from langgraph.prebuilt import create_react_agent
 
-from .harness import Conform
+from .harness import Conform, attempt
 from .impls import Impl
 
 pytestmark = [
@@ -177,3 +178,41 @@ def model_calls_keep_their_own_ids(impl: Impl) -> Any:
 
 def test_model_calls_keep_their_own_ids(conform: Conform) -> None:
     conform(model_calls_keep_their_own_ids)
+
+
+def a_graph_as_a_runnable(impl: Impl) -> Any:
+    """A compiled graph where LangChain expects a Runnable: ``batch`` / ``abatch`` run each
+    input (``return_exceptions`` keeps failures in place), ``with_config`` binds a config
+    each run starts from."""
+
+    class Count(TypedDict):
+        n: int
+        who: str
+
+    def step(state: Count, config: RunnableConfig) -> dict[str, Any]:
+        if state["n"] < 0:
+            raise ValueError("negative")
+        return {"n": state["n"] + 1, "who": config["configurable"].get("user", "-")}
+
+    b = impl.StateGraph(Count)
+    b.add_node("step", step)
+    b.add_edge(impl.START, "step")
+    g = impl.compile(b)
+    bound = g.with_config(configurable={"user": "ada"})
+    inputs = [{"n": 1, "who": ""}, {"n": -1, "who": ""}, {"n": 5, "who": ""}]
+    per_input = [{"configurable": {"user": u}} for u in ("a", "b", "c")]
+    return {
+        "batch": [
+            r if isinstance(r, dict) else type(r).__name__
+            for r in g.batch(inputs, per_input, return_exceptions=True)
+        ],
+        "abatch": asyncio.run(g.abatch([inputs[0], inputs[2]])),
+        "fails": type(attempt(g.batch, inputs)).__name__,
+        "bound": bound.invoke({"n": 0, "who": ""}),
+        "bound overridden": bound.invoke({"n": 0, "who": ""}, {"configurable": {"user": "bo"}}),
+        "unbound": g.invoke({"n": 0, "who": ""}),
+    }
+
+
+def test_a_graph_as_a_runnable(conform: Conform) -> None:
+    conform(a_graph_as_a_runnable)
