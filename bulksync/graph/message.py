@@ -66,7 +66,7 @@ def add_messages(
     # Both misuses raise LangGraph's own bare ValueError: add_messages is its API, verbatim.
     if format not in _FORMATS:
         raise ValueError(
-            f"add_messages: unrecognized format={format!r}; use 'langchain-openai' or None."
+            f"add_messages: Unrecognized format={format!r}; use 'langchain-openai' or None."
         )
     if left is None and right is None:
         return partial(_merge_messages, format=format)
@@ -143,8 +143,8 @@ def _apply(
         if at is None:
             if is_removal(m):
                 raise InvalidUpdateError(
-                    f"add_messages: cannot remove message id '{mid}': no message has that id. "
-                    "Remove only ids already in the list."
+                    "add_messages: Attempting to delete a message with an ID that doesn't exist "
+                    f"('{mid}'). Remove only ids already in the list."
                 )
             position[mid] = len(merged)
             merged.append(m)
