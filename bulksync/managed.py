@@ -10,6 +10,7 @@ so an agent can stop gracefully instead of failing with ``GraphRecursionError``.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Final
 
@@ -32,7 +33,10 @@ IsLastStep = Annotated[bool, IS_LAST_STEP]
 
 
 def managed_kind(annotation: Any) -> str | None:
-    """The kind of managed value ``annotation`` declares, or None for a plain key."""
+    """The kind of managed value ``annotation`` declares (also under ``Required`` or
+    ``NotRequired``), or None for a plain key."""
+    if typing.get_origin(annotation) in (typing.Required, typing.NotRequired):
+        annotation = typing.get_args(annotation)[0]
     for item in getattr(annotation, "__metadata__", ()):
         if isinstance(item, ManagedValue):
             return item.kind
