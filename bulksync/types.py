@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import pickle
 import random
 import warnings
 from collections.abc import Callable, Hashable, Sequence
@@ -43,20 +42,15 @@ Durability = Literal["sync", "async", "exit"]
 All = Literal["*"]
 
 
-def default_cache_key(*args: Any, **kwargs: Any) -> bytes:
-    """The default ``CachePolicy.key_func``: the arguments pickled (only hashed, never
-    loaded), so equal inputs give equal keys."""
-    return pickle.dumps((args, kwargs), protocol=5)
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class CachePolicy:
     """Cache a node's (or ``@task``'s) results by input (LangGraph's): with a cache given to
     ``compile(cache=...)``, a task whose ``key_func(input)`` matches an earlier one's is not
     run again, its writes reused (streamed with ``{"cached": True}`` metadata) for ``ttl``
-    seconds (None: until the cache is cleared)."""
+    seconds (None: until the cache is cleared). Without a ``key_func`` the key is the input's
+    own bytes in bulksync's msgpack serde (``coordinator/cached.py``)."""
 
-    key_func: Callable[..., str | bytes] = default_cache_key
+    key_func: Callable[..., str | bytes] | None = None
     ttl: int | None = None
 
 

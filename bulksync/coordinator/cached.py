@@ -15,9 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from bulksync.cache.base import FullKey, Namespace
+from bulksync.checkpoint.serde import MsgpackSerde
 from bulksync.constants import CACHE_NS_WRITES
 from bulksync.coordinator.spec import Write
+from bulksync.errors import SerializationError
 from bulksync.types import CachePolicy
+
+_SERDE = MsgpackSerde()
 
 
 def cache_namespace(name: str, func: Callable[..., Any] | None) -> Namespace:
@@ -26,9 +30,22 @@ def cache_namespace(name: str, func: Callable[..., Any] | None) -> Namespace:
 
 
 def cache_key(ns: Namespace, policy: CachePolicy, *args: Any, **kwargs: Any) -> FullKey:
-    """The entry of a call with these arguments (a node's: its input)."""
-    made = policy.key_func(*args, **kwargs)
-    raw = made if isinstance(made, bytes) else str(made).encode()
+    """The entry of a call with these arguments (a node's: its input).
+
+    Raises:
+        SerializationError: without a ``key_func``, arguments msgpack cannot encode.
+    """
+    if policy.key_func is None:
+        try:
+            raw = _SERDE.dumps([list(args), kwargs])
+        except SerializationError as exc:
+            raise SerializationError(
+                f"cache_policy of '{ns[-1]}': its input has no msgpack form to key the cache "
+                f"by ({exc}); give CachePolicy a key_func."
+            ) from exc
+    else:
+        made = policy.key_func(*args, **kwargs)
+        raw = made if isinstance(made, bytes) else str(made).encode()
     return ns, hashlib.sha256(raw).hexdigest()
 
 

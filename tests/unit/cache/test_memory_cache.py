@@ -58,3 +58,10 @@ def test_keys_follow_the_policys_key_func() -> None:
     by_length = CachePolicy(key_func=lambda s: str(len(s["q"])))
     assert cache_key(ns, by_length, {"q": "ab"}) == cache_key(ns, by_length, {"q": "cd"})
     assert cache_namespace("lambda", None)[1] == "__dynamic__"
+
+
+def test_an_input_with_no_msgpack_form_needs_a_key_func() -> None:
+    ns = cache_namespace("search", None)
+    with pytest.raises(SerializationError, match=r"cache_policy of 'search'.*key_func"):
+        cache_key(ns, CachePolicy(), {"q": object()})
+    assert cache_key(ns, CachePolicy(key_func=lambda s: "fixed"), {"q": object()})[1]
