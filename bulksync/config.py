@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, THREAD_ID
 from bulksync.context import current_task
+
+_COORDINATES = (THREAD_ID, CHECKPOINT_NS, CHECKPOINT_ID, "checkpoint_map")
 
 
 def get_config() -> dict[str, Any]:
@@ -50,3 +53,11 @@ def merge_configs(
         else:
             merged[key] = value
     return merged
+
+
+def addresses_own_thread(config: Mapping[str, Any] | None) -> bool:
+    """Whether ``config`` names a checkpoint of its own (a thread id, a namespace, a
+    checkpoint id): a graph invoked from a node with such a config is a run of its own on
+    that thread, not a subgraph of the node, as in LangGraph."""
+    configurable = (config or {}).get("configurable") or {}
+    return any(configurable.get(key) not in (None, "") for key in _COORDINATES)

@@ -78,6 +78,8 @@ class Nesting:
     modes: tuple[str, ...]
     resuming: bool
     checkpoint_map: Mapping[str, str]
+    subgraphs: bool = False
+    """The run's caller reads its subgraphs' events too (``stream(subgraphs=True)``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -466,6 +466,7 @@ class SuperstepLoop:
                 modes=tuple(sorted(self.options.modes)),
                 resuming=self.is_resuming,
                 checkpoint_map=parents,
+                subgraphs=self.options.subgraphs,
             ),
             context=self.options.context,
             returns={tid: v for tid, chan, v in self.ledger.pending if chan == RETURN},

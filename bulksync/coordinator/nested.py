@@ -103,6 +103,7 @@ def child_options(compiled: CompiledGraph, step: StepInput, ns: str) -> tuple[Ru
         interrupt_after=compiled.interrupt_after,
         output_keys=compiled.spec.output_channels,
         modes=frozenset(nesting.modes),
+        subgraphs=nesting.subgraphs,
         context=step.context,  # a subgraph runs with its parent's context
         step_timeout=compiled.step_timeout,
     )

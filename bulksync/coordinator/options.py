@@ -35,6 +35,8 @@ class RunOptions:
     interrupt_after: Sequence[str] | str = ()
     output_keys: Sequence[str] | str = ()
     modes: frozenset[str] = frozenset()
+    subgraphs: bool = False
+    """The caller reads the events of subgraphs too (``stream(subgraphs=True)``)."""
     context: Any = None
     control: Any = None
     """The run's ``runtime.RunControl`` (in this process only): a drain stops the run."""

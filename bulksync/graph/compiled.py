@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from bulksync.checkpoint.base import CheckpointSaver, config_thread
-from bulksync.config import merge_configs
+from bulksync.config import addresses_own_thread, merge_configs
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, INTERRUPT, NS_END, NS_SEP
 from bulksync.context import maybe_current_task
 from bulksync.coordinator import state as thread_state
@@ -133,7 +133,7 @@ class CompiledStateGraph(AsyncGraphMethods):
         """Run to the end (or a pause) and return the output values; with ``version="v2"``,
         a ``GraphOutput`` (or, for another ``stream_mode``, the list of typed parts)."""
         ctx = maybe_current_task()
-        if ctx is not None and ctx.parent is not None:
+        if ctx is not None and ctx.parent is not None and not addresses_own_thread(config):
             outcome: Outcome = invoke_nested(self, input, ctx, _stopped_with_caller)
             return outcome.output
         kw = dict(
@@ -194,6 +194,7 @@ class CompiledStateGraph(AsyncGraphMethods):
         """
         check_version(version)
         modes, bare = stream_modes(stream_mode, bool(debug or (debug is None and self.debug)))
+        upstream, forwarded = _caller_upstream(config)
         config, replay = self._into_subgraph(self._run_config(config))
         _check_run_arguments(self.spec, durability, interrupt_before, interrupt_after)
         reports = RunCallbacks(config, self.name, input)  # to the config's handlers, if any
@@ -204,20 +205,27 @@ class CompiledStateGraph(AsyncGraphMethods):
             interrupt_before=_given(interrupt_before, self.interrupt_before),
             interrupt_after=_given(interrupt_after, self.interrupt_after),
             output_keys=output_keys if output_keys is not None else self.spec.stream_channels,
-            modes=frozenset(modes),
+            modes=frozenset(modes) | forwarded,
+            subgraphs=subgraphs,
             context=_as_context(self.builder.context_schema, context),
             control=control,
             step_timeout=self.step_timeout,
             on_resume=reports.on_resume(),
         )
         events: queue.Queue[Any] = queue.Queue()
+
+        def sink(ns: tuple[str, ...], mode: str, chunk: Any) -> None:
+            if mode in forwarded:
+                upstream(ns, mode, chunk)
+            events.put((ns, mode, chunk))
+
         loop = SuperstepLoop(
             self.spec,
             input,
             saver=self.saver,
             executor=self.executor,
             options=options,
-            sink=lambda ns, mode, chunk: events.put((ns, mode, chunk)),
+            sink=sink,
             replay=replay,
             home=current_home(),  # an async caller's loop runs the async nodes
         )
@@ -483,6 +491,32 @@ class CompiledStateGraph(AsyncGraphMethods):
 
 
 DURABILITIES = ("sync", "async", "exit")
+
+
+def _caller_upstream(config: Mapping[str, Any] | None) -> tuple[Any, frozenset[str]]:
+    """For a graph streamed from a node, when the calling run reads its subgraphs' events:
+    where this run's events go besides its own caller, and which modes go there.
+
+    As in LangGraph, a graph run on a thread of its own hands the calling run the events of
+    its models and tools (``messages``, ``tools``, through the handlers it inherits), at
+    its own namespaces; any other is the node's subgraph, whose events of every mode the
+    calling run takes reach it under the node's namespace. Outside a node, or when the
+    caller reads only its own graph's events: none.
+    """
+    ctx = maybe_current_task()
+    if ctx is None or ctx.parent is None:
+        return None, frozenset()
+    step, live, task = ctx.parent
+    if step.nesting is None or not step.nesting.subgraphs:
+        return None, frozenset()
+    if addresses_own_thread(config):
+        return live.sink, frozenset(step.nesting.modes) & {"messages", "tools"}
+    prefix = tuple(task.checkpoint_ns.split(NS_SEP))
+
+    def under_node(ns: tuple[str, ...], mode: str, chunk: Any) -> None:
+        live.sink(prefix + ns, mode, chunk)
+
+    return under_node, frozenset(step.nesting.modes)
 
 
 def _as_context(schema: Any, context: Any) -> Any:

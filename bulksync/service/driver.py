@@ -184,11 +184,15 @@ class RunDriver:
         options["durability"] = options.get("durability") or "sync"
         modes = [*wanted, *(m for m in _INTERNAL_MODES if m not in wanted)]
         tracker = _Tracker(self.ctx.settings.progress_interval)
-        chunks = iter(bound.stream(value, config, stream_mode=modes, subgraphs=True, **options))
+        # Asked through, not filtered here: a graph a node runs on its own thread reaches
+        # this stream at its own (root) namespaces only when subgraphs are read.
+        chunks = iter(
+            bound.stream(value, config, stream_mode=modes, subgraphs=subgraphs, **options)
+        )
         try:
             while True:
                 try:
-                    ns, mode, chunk = next(chunks)
+                    ns, mode, chunk = next(chunks) if subgraphs else ((), *next(chunks))
                 except StopIteration:
                     break
                 except TaskCancelledError as exc:
@@ -206,7 +210,7 @@ class RunDriver:
                     return
                 if self.ctx.abandoned.is_set():
                     return
-                if mode in wanted and mode != runs.PROGRESS and (subgraphs or not ns):
+                if mode in wanted and mode != runs.PROGRESS:
                     self._event(ns, mode, chunk)  # progress: the tracker's events, below
                 if not ns:
                     progress = tracker.observe(mode, chunk)

@@ -187,6 +187,7 @@ def _pack_nesting(nesting: Nesting) -> list[Any]:
         list(nesting.modes),
         nesting.resuming,
         dict(nesting.checkpoint_map),
+        nesting.subgraphs,
     ]
 
 
@@ -224,8 +225,9 @@ def loads_state(data: bytes) -> StepInput:
 
 
 def _unpack_nesting(data: Sequence[Any]) -> Nesting:
-    recursion_limit, durability, modes, resuming, checkpoint_map = data
-    return Nesting(recursion_limit, durability, tuple(modes), resuming, checkpoint_map)
+    recursion_limit, durability, modes, resuming, checkpoint_map, *rest = data
+    subgraphs = bool(rest[0]) if rest else False  # absent from an older coordinator's steps
+    return Nesting(recursion_limit, durability, tuple(modes), resuming, checkpoint_map, subgraphs)
 
 
 def dumps_input(value: Any, task: Task) -> bytes:

@@ -7,6 +7,7 @@ through the same encoder the cluster uses.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import sys
 import uuid
@@ -88,9 +89,19 @@ def test_step_state_round_trips() -> None:
             modes=("custom", "updates"),
             resuming=True,
             checkpoint_map={"": "cp-1", "parent:1": "cp-2"},
+            subgraphs=True,
         ),
     )
     assert wire.loads_state(wire.dumps_state(state)) == state
+
+
+def test_step_state_of_an_older_coordinator_reads_subgraphs_as_false() -> None:
+    """A step stored before nesting carried ``subgraphs``: its five fields still decode."""
+    nesting = Nesting(25, "async", ("updates",), False, {}, subgraphs=True)
+    fields = wire.SERDE.loads(wire.dumps_state(StepInput({}, {}, 1, {}, None, None, (), nesting)))
+    fields[7] = fields[7][:5]
+    decoded = wire.loads_state(wire.SERDE.dumps(fields)).nesting
+    assert decoded == dataclasses.replace(nesting, subgraphs=False)
 
 
 def test_step_state_keeps_only_the_config_a_node_can_use() -> None:
