@@ -2,8 +2,8 @@
 
 Values are kept encoded (bulksync's msgpack serde), so a hit hands each reader its own copy
 and a value that cannot be stored fails when it is set, as it would in any other cache. On a
-cluster the coordinator consults it for node tasks; ``@task`` calls made on workers are not
-cached there.
+cluster the coordinator consults it for node tasks, and each worker process keeps its own
+for the ``@task`` calls it runs: ``cache.redis.RedisCache`` shares one across them all.
 """
 
 from __future__ import annotations

@@ -39,8 +39,10 @@ import operator
 import os
 from typing import Annotated, Any, TypedDict
 
+from bulksync.cache.redis import RedisCache
+from bulksync.func import entrypoint, task
 from bulksync.graph import START, StateGraph
-from bulksync.types import Send
+from bulksync.types import CachePolicy, Send
 
 
 class State(TypedDict, total=False):
@@ -67,6 +69,17 @@ builder.add_node("summarize", summarize)
 builder.add_conditional_edges(START, route, ["square"])
 builder.add_edge("square", "summarize")
 graph = builder.compile()
+
+
+@task(cache_policy=CachePolicy())
+def cached_square(i: int) -> dict[str, int]:
+    return {"square": i * i, "pid": os.getpid()}
+
+
+# One Redis prefix per test module, the same in the worker's processes and the test's.
+@entrypoint(cache=RedisCache(prefix=f"bulksync-test:{__name__}:"))
+def squares(n: int) -> list[dict[str, int]]:
+    return [call.result() for call in [cached_square(i) for i in range(n)]]
 '''
 
 
@@ -147,6 +160,8 @@ def worker(
                 "worker",
                 "--graph",
                 f"{name}:graph",
+                "--graph",
+                f"{name}:squares",
                 "--pool",
                 "prefork",
                 "--concurrency",
@@ -181,6 +196,22 @@ def test_subprocess_worker_runs_the_graph(worker: WorkerProcess) -> None:
     banner = worker.output()
     assert f"bulksync worker: graphs {graph_id}" in banner
     assert f"queues {worker.settings.queue}" in banner
+
+
+def test_workers_share_task_results_through_a_redis_cache(worker: WorkerProcess) -> None:
+    squares = worker.module.squares
+    executor = CeleryExecutor(worker.settings, f"{worker.module.__name__}:squares", squares)
+    try:
+        on_workers = squares.with_executor(executor).invoke(3)
+        assert [r["square"] for r in on_workers] == [0, 1, 4]
+        assert os.getpid() not in {r["pid"] for r in on_workers}
+        # In this process the three calls made on the workers are cache hits: their
+        # results still name the worker processes; only the new one runs here.
+        here = squares.invoke(4)
+        assert here[:3] == on_workers
+        assert here[3] == {"square": 9, "pid": os.getpid()}
+    finally:
+        squares.clear_cache()
 
 
 def test_subprocess_worker_refuses_a_graph_it_did_not_load(worker: WorkerProcess) -> None:
