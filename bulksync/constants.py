@@ -21,9 +21,10 @@ ERROR: Final = "__error__"
 NO_WRITES: Final = "__no_writes__"
 RETURN: Final = "__return__"
 ERROR_SOURCE_NODE: Final = "__error_source_node__"
+NODE_ERROR: Final = "__node_error__"  # a node failed for good: its handler runs on resume
 PREVIOUS: Final = "__previous__"  # an entrypoint's saved value, its next run's ``previous``
 CONTROL_CHANNELS: Final = frozenset(
-    {NO_WRITES, "__pregel_push", RESUME, INTERRUPT, RETURN, ERROR, ERROR_SOURCE_NODE}
+    {NO_WRITES, "__pregel_push", RESUME, INTERRUPT, RETURN, ERROR, ERROR_SOURCE_NODE, NODE_ERROR}
 )
 
 PUSH: Final = "__pregel_push"
@@ -33,7 +34,13 @@ NS_END: Final = ":"
 NULL_TASK_ID: Final = "00000000-0000-0000-0000-000000000000"
 
 # Fixed slots of special writes in a task's pending writes (regular writes use their index).
-WRITES_IDX_MAP: Final = {ERROR: -1, "__scheduled__": -2, INTERRUPT: -3, RESUME: -4}
+WRITES_IDX_MAP: Final = {
+    ERROR: -1,
+    "__scheduled__": -2,
+    INTERRUPT: -3,
+    RESUME: -4,
+    NODE_ERROR: -5,
+}
 
 DEFAULT_RECURSION_LIMIT: Final = 10007
 CHECKPOINT_VERSION: Final = 4
@@ -57,5 +64,5 @@ ASYNC_CALLER: Final = "__bulksync_async_caller"
 
 # Names a user may not give a node or a state key.
 RESERVED: Final = frozenset(
-    {START, END, TASKS, INTERRUPT, RESUME, ERROR, NO_WRITES, RETURN, PUSH, PULL}
+    {START, END, TASKS, INTERRUPT, RESUME, ERROR, NO_WRITES, RETURN, PUSH, PULL, NODE_ERROR}
 )

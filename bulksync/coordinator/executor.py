@@ -105,6 +105,10 @@ class StepInput:
     """The run's ``invoke(..., context=...)``, for each task's ``Runtime``."""
     returns: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Results of ``@task`` calls that finished in an earlier attempt, by call task id."""
+    node_errors: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """``[node, error]`` by task id, for tasks whose node failed for good before (in an
+    earlier attempt of this step, whose handler crashed; or a subgraph node, which the loop
+    runs): their error handler runs in their place."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

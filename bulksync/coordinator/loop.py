@@ -30,6 +30,7 @@ from bulksync.constants import (
     ERROR,
     INTERRUPT,
     NO_WRITES,
+    NODE_ERROR,
     NS_END,
     NS_SEP,
     NULL_TASK_ID,
@@ -470,6 +471,7 @@ class SuperstepLoop:
             ),
             context=self.options.context,
             returns={tid: v for tid, chan, v in self.ledger.pending if chan == RETURN},
+            node_errors={tid: v for tid, chan, v in self.ledger.pending if chan == NODE_ERROR},
         )
 
     def _record(self, task: Task, result: TaskResult, cached: bool = False) -> BaseException | None:
@@ -481,7 +483,9 @@ class SuperstepLoop:
         if result.error is not None:
             if isinstance(result.error, ParentCommand | GraphDrained):
                 return result.error  # control flow: nothing of the task's to record
-            self.ledger.record(task.id, path, [(ERROR, result.error)], task.name)
+            # A node failure its crashed handler left is kept: a resumed run retries the handler.
+            failed = [(ERROR, result.error), *result.writes]
+            self.ledger.record(task.id, path, failed, task.name)
             self.stream.result(task, [(ERROR, result.error)])
             return result.error
         if result.interrupted:
@@ -539,6 +543,16 @@ class SuperstepLoop:
                     finish(TaskResult(task.id, tuple(writes)))
                 except BaseException as err:
                     finish(TaskResult(task.id, (), error=err))
+            except Exception as exc:
+                if node.error_handler is None or isinstance(exc, TaskCancelledError):
+                    finish(TaskResult(task.id, (), error=exc))
+                    return
+                # The subgraph failed for good: the node's error handler runs in its place,
+                # as a task of the executor's told of the failure (on a worker, on a cluster).
+                exc.add_note(f"During task with name '{task.name}' and id '{task.id}'")
+                failed = {**step.node_errors, task.id: [node.name, exc]}
+                handled = dataclasses.replace(step, node_errors=failed)
+                self.executor.submit(self.spec, handled, child_live, [task], finish)
             except BaseException as exc:
                 finish(TaskResult(task.id, (), error=exc))
 

@@ -1,7 +1,8 @@
 """What the recorded pending writes say about each task of a step. Pure.
 
 The single rule: a task is finished if and only if it recorded at least one write that is
-not about what happened to it (``__error__``, ``__interrupt__``, ``__resume__``). A task
+not about what happened to it (``__error__``, ``__interrupt__``, ``__resume__``, and
+``__node_error__``: its node failed for good, its handler is still to run). A task
 that succeeded without output records ``__no_writes__``, which counts as output. So after a
 crash or a failed step, re-planning the same checkpoint gives the same task ids, finished
 tasks get their writes back, and only unfinished ones run again.
@@ -14,11 +15,18 @@ from collections.abc import Iterable
 from typing import Any
 
 from bulksync.checkpoint.base import PendingWrite
-from bulksync.constants import ERROR, ERROR_SOURCE_NODE, INTERRUPT, NULL_TASK_ID, RESUME
+from bulksync.constants import (
+    ERROR,
+    ERROR_SOURCE_NODE,
+    INTERRUPT,
+    NODE_ERROR,
+    NULL_TASK_ID,
+    RESUME,
+)
 from bulksync.coordinator.spec import Write
 from bulksync.types import Interrupt
 
-STATUS_WRITES = frozenset({ERROR, ERROR_SOURCE_NODE, INTERRUPT, RESUME})
+STATUS_WRITES = frozenset({ERROR, ERROR_SOURCE_NODE, INTERRUPT, RESUME, NODE_ERROR})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

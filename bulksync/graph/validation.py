@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from bulksync.constants import END, START
 from bulksync.errors import InvalidGraphError
+from bulksync.graph.writers import error_handler_name
 
 if TYPE_CHECKING:
     from bulksync.graph.state import StateGraph
@@ -48,8 +49,14 @@ def check_structure(builder: StateGraph[Any], interrupt: Sequence[str]) -> None:
             raise InvalidGraphError(
                 f"Found edge ending at unknown node `{target}`; add it with add_node first."
             )
+    default = builder.node_defaults.get("error_handler") is not None
+    handlers = {
+        error_handler_name(name, own=node.error_handler is not None)
+        for name, node in nodes.items()
+        if node.error_handler is not None or default
+    }
     for name in interrupt:
-        if name not in nodes:
+        if name not in nodes and name not in handlers:
             raise InvalidGraphError(f"Interrupt node `{name}` not found")
 
 

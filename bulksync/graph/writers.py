@@ -375,6 +375,12 @@ def _timeout(key: str, node: Any, default: TimeoutPolicy | None) -> TimeoutPolic
     raise sync_timeout_error(f"Node '{key}'")
 
 
+def error_handler_name(node: str, *, own: bool) -> str:
+    """LangGraph's name for the handler of ``node``: its own, or the graph's default one
+    (``interrupt_before`` may name it; its update streams under it)."""
+    return f"__error_handler__{node}" if own else "__default_error_handler__"
+
+
 def _error_handler(
     node: str,
     own: Any,
@@ -389,7 +395,7 @@ def _error_handler(
     handler = own if own is not None else default
     if handler is None:
         return None
-    name = f"__error_handler__{node}" if own is not None else "__default_error_handler__"
+    name = error_handler_name(node, own=own is not None)
     if is_runnable(handler):
         handler = runnable_call(handler)
     return ErrorHandler(name, injecting_call(handler), writer, retry_policy)

@@ -17,7 +17,15 @@ from collections.abc import Callable
 from typing import Any
 
 from bulksync.checkpoint.base import decoded
-from bulksync.constants import CHECKPOINT_NS, MESSAGE_EVENTS, NS_SEP, PREVIOUS, RESUME, START
+from bulksync.constants import (
+    CHECKPOINT_NS,
+    MESSAGE_EVENTS,
+    NODE_ERROR,
+    NS_SEP,
+    PREVIOUS,
+    RESUME,
+    START,
+)
 from bulksync.context import NullResume, Scratchpad, TaskContext, task_context
 from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
@@ -131,15 +139,22 @@ def _task_callbacks(
 
 
 def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> TaskResult:
-    """Run ``task`` of ``spec`` to a result (writes, error or interrupts); never raises."""
+    """Run ``task`` of ``spec`` to a result (writes, error or interrupts); never raises.
+
+    A node that fails for good has its error handler run in its place. When the step says
+    the task's node failed already (``StepInput.node_errors``), only its handler runs.
+    """
     node = spec.nodes[task.name]
     read = StateReader(spec, step, managed_values(spec.managed, task.step, step.stop))
     # The task's own level over the step's answer: it records whether this task took it.
     null_resume = NullResume(None, live.null_resume)
     messages = _message_stream(step, task, live)
     handlers = _handlers(step, live, messages)
-    node_error: NodeError | None = None
+    node_error = _recorded_failure(step, task)
     handled_by = ""
+    if node_error is not None and node.error_handler is not None:
+        handled_by = node.error_handler.name
+        node = _handler_in_place(node)
     first_attempt = time.time()
     attempt = 0
     while True:
@@ -191,29 +206,61 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
                 exc.add_note(f"During task with name '{task.name}' and id '{task.id}'")
                 handler = node.error_handler
                 if handler is None:
-                    return _failed(task, exc, null_resume, calls)
+                    # A crashed handler: the node's failure is kept, so that a resumed run
+                    # runs the handler again, not the node.
+                    kept = () if node_error is None else (_failure_write(node_error),)
+                    return _failed(task, exc, null_resume, calls, kept)
                 # Failed for good: the node's error handler runs in its place, with its
                 # own retries; its update or Command is written as the node's.
                 calls.join()
                 node_error, handled_by, attempt = NodeError(node.name, exc), handler.name, 0
-                node = dataclasses.replace(
-                    node,
-                    run=handler.run,
-                    writer=handler.writer,
-                    retry_policy=handler.retry_policy,
-                    error_handler=None,
-                    timeout=None,
-                )
+                node = _handler_in_place(node)
                 continue
             calls.join()  # the failed attempt's calls end before the next attempt
             time.sleep(policy.delay(attempt))  # retry backoff
 
 
-def _failed(task: Task, error: BaseException, null_resume: NullResume, calls: Calls) -> TaskResult:
-    """A failed task's result: the calls it made that finished are kept all the same."""
+def _failed(
+    task: Task,
+    error: BaseException,
+    null_resume: NullResume,
+    calls: Calls,
+    kept: tuple[Write, ...] = (),
+) -> TaskResult:
+    """A failed task's result: the calls it made that finished are kept all the same, and
+    ``kept`` writes (a node failure its crashed handler leaves for a resumed run)."""
     return TaskResult(
-        task.id, (), error=error, took_null_resume=null_resume.taken, calls=calls.join()
+        task.id, kept, error=error, took_null_resume=null_resume.taken, calls=calls.join()
     )
+
+
+def _handler_in_place(node: NodeSpec) -> NodeSpec:
+    """``node`` running its error handler instead of itself (with the handler's retries)."""
+    handler = node.error_handler
+    assert handler is not None, f"node '{node.name}' has no error handler"
+    return dataclasses.replace(
+        node,
+        run=handler.run,
+        writer=handler.writer,
+        retry_policy=handler.retry_policy,
+        error_handler=None,
+        timeout=None,
+        subgraph=None,
+    )
+
+
+def _failure_write(error: NodeError) -> Write:
+    """The write recording that a node failed for good, for its handler to run on resume."""
+    return (NODE_ERROR, [error.node, error.error])
+
+
+def _recorded_failure(step: StepInput, task: Task) -> NodeError | None:
+    """The failure recorded for ``task`` in this step before (by ``_failure_write``)."""
+    recorded = step.node_errors.get(task.id)
+    if recorded is None:
+        return None
+    node, error = recorded
+    return NodeError(node, error)
 
 
 def _attempt_context(

@@ -159,10 +159,12 @@ def dumps_state(step: StepInput) -> bytes:
         None if step.nesting is None else _pack_nesting(step.nesting),
         step.context,
         dict(step.returns),
+        dict(step.node_errors),
     ]
     parts = [("(run config)", key, value) for key, value in config.items()]
     parts.append(("(run context)", "context", step.context))
     parts.extend(("(@task call)", task_id, value) for task_id, value in step.returns.items())
+    parts.extend(("(node failure)", task_id, value) for task_id, value in step.node_errors.items())
     return _dumps_located(record, parts)
 
 
@@ -207,7 +209,7 @@ def _dumps_located(record: Any, parts: Sequence[tuple[str, str, Any]]) -> bytes:
 
 def loads_state(data: bytes) -> StepInput:
     """Decode a step input written by ``dumps_state``; channel values decode on first read."""
-    # A step stored by an older coordinator has no context or returns field.
+    # A step stored by an older coordinator lacks the fields after the nesting record.
     fields = SERDE.loads(data)
     values, config, stop, resume, resume_map, null_resume, namespace, nesting, *rest = fields
     return StepInput(
@@ -221,6 +223,7 @@ def loads_state(data: bytes) -> StepInput:
         None if nesting is None else _unpack_nesting(nesting),
         rest[0] if rest else None,
         rest[1] if len(rest) > 1 else {},
+        rest[2] if len(rest) > 2 else {},
     )
 
 

@@ -116,3 +116,84 @@ def failing_handler_fails_the_run(impl: Impl) -> Any:
 
 def test_failing_handler_fails_the_run(conform: Conform) -> None:
     conform(failing_handler_fails_the_run)
+
+
+def resumed_after_a_crashed_handler(impl: Impl) -> Any:
+    """A handler that crashed runs again when the run resumes; the failed node does not,
+    and the handler gets the node's failure back from the checkpoint."""
+    runs: list[str] = []
+    crash = [True]
+
+    def handler(state: State, error: NodeError) -> dict[str, Any]:
+        runs.append(f"handler:{error.node}")
+        if crash[0]:
+            raise KeyError("handler crashed")
+        return {"log": [f"handled {error.node}: {'a failed' in str(error.error)}"]}
+
+    def failing(state: State) -> State:
+        runs.append("fail_a")
+        return _fail_a(state)
+
+    def sibling(state: State) -> dict[str, Any]:
+        runs.append("ok")  # once: finished before the failure, or run when resumed
+        return {"log": ["ok"]}
+
+    b = impl.StateGraph(State)
+    b.add_node("fail_a", failing, error_handler=handler)
+    b.add_node("ok", sibling)
+    b.add_edge(impl.START, "fail_a")
+    b.add_edge(impl.START, "ok")
+    graph = impl.compile(b, checkpointer=impl.saver())
+    thread = {"configurable": {"thread_id": "crashed-handler"}}
+    crashed = attempt(lambda: graph.invoke({"route": "", "log": []}, thread))
+    crash[0] = False
+    resumed = graph.invoke(None, thread)
+    return {"crashed": crashed, "resumed": resumed, "runs": sorted(runs)}
+
+
+def test_resumed_after_a_crashed_handler(conform: Conform) -> None:
+    conform(resumed_after_a_crashed_handler)
+
+
+def breakpoint_named_after_a_handler(impl: Impl) -> Any:
+    """``interrupt_before`` may name a node's handler (``__error_handler__<node>``), as in
+    LangGraph; the handler runs in the step its node failed in, so it is not stopped."""
+
+    def handler(state: State, error: NodeError) -> dict[str, Any]:
+        return {"log": [f"handled {error.node}"]}
+
+    b = impl.StateGraph(State)
+    b.add_node("fail_a", _fail_a, error_handler=handler)
+    b.add_edge(impl.START, "fail_a")
+    graph = impl.compile(b, checkpointer=impl.saver(), interrupt_before=["__error_handler__fail_a"])
+    thread = {"configurable": {"thread_id": "before-handler"}}
+    return {
+        "first": graph.invoke({"route": "", "log": []}, thread),
+        "next": graph.get_state(thread).next,
+    }
+
+
+def test_breakpoint_named_after_a_handler(conform: Conform) -> None:
+    conform(breakpoint_named_after_a_handler)
+
+
+def handler_of_a_subgraph_node(impl: Impl) -> Any:
+    """A subgraph node that fails inside has its handler run in its place."""
+
+    def handler(state: State, error: NodeError) -> dict[str, Any]:
+        return {"log": [f"{error.node} failed: {error.error}"]}
+
+    inner = impl.StateGraph(State)
+    inner.add_node("fail_b", _fail_b)
+    inner.add_edge(impl.START, "fail_b")
+    b = impl.StateGraph(State)
+    b.add_node("sub", impl.compile(inner), error_handler=handler)
+    b.add_node("after", lambda s: {"log": ["after"]})
+    b.add_edge(impl.START, "sub")
+    b.add_edge("sub", "after")
+    graph = impl.compile(b)
+    return collect(graph.stream({"route": "", "log": []}, stream_mode="updates"))
+
+
+def test_handler_of_a_subgraph_node(conform: Conform) -> None:
+    conform(handler_of_a_subgraph_node)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from bulksync.checkpoint.base import PendingWrite
-from bulksync.constants import ERROR, INTERRUPT, NO_WRITES, NULL_TASK_ID, RESUME
+from bulksync.constants import ERROR, INTERRUPT, NO_WRITES, NODE_ERROR, NULL_TASK_ID, RESUME
 from bulksync.coordinator.status import pending_interrupt_ids, read_task_statuses
 from bulksync.types import Interrupt
 
@@ -22,6 +22,7 @@ I2 = Interrupt("ask2", id="i2")
         ([("t", NO_WRITES, None)], True),  # succeeded without output
         ([("t", RESUME, ["yes"])], False),  # an answer alone is not output
         ([("t", ERROR, "boom")], False),
+        ([("t", NODE_ERROR, ["n", "boom"]), ("t", ERROR, "handler")], False),  # handler crashed
         ([("t", INTERRUPT, [I1])], False),
         ([("t", INTERRUPT, [I1]), ("t", RESUME, ["y"]), ("t", "a", 2)], True),
     ],

@@ -411,6 +411,20 @@ def test_interrupt_on_unknown_node() -> None:
         builder.compile(interrupt_before=["ghost"], interrupt_after="*")
 
 
+def test_interrupt_may_name_an_error_handler() -> None:
+    """As in LangGraph, a breakpoint may name a handler: a node's own, or the default one."""
+    builder = chain("a")
+    builder.add_node("b", nothing, error_handler=nothing)
+    builder.add_edge("a", "b")
+    builder.compile(interrupt_before=["__error_handler__b"])
+    with pytest.raises(InvalidGraphError, match="`__error_handler__a` not found"):
+        builder.compile(interrupt_before=["__error_handler__a"])  # a has no handler
+    with pytest.raises(InvalidGraphError, match="`__default_error_handler__` not found"):
+        builder.compile(interrupt_before=["__default_error_handler__"])
+    builder.set_node_defaults(error_handler=nothing)
+    builder.compile(interrupt_before=["__error_handler__b", "__default_error_handler__"])
+
+
 def test_unreachable_nodes_are_named() -> None:
     builder = chain("a")
     builder.add_node("island", nothing)

@@ -95,6 +95,14 @@ def test_step_state_round_trips() -> None:
     assert wire.loads_state(wire.dumps_state(state)) == state
 
 
+def test_step_state_carries_node_failures_as_stored_errors() -> None:
+    state = StepInput({}, {}, 1, {}, None, None, (), node_errors={"t1": ["n", KeyError("x")]})
+    node, error = wire.loads_state(wire.dumps_state(state)).node_errors["t1"]
+    assert node == "n"
+    assert isinstance(error, StoredError)
+    assert (error.type_name, error.message) == ("builtins.KeyError", "'x'")
+
+
 def test_step_state_of_an_older_coordinator_reads_subgraphs_as_false() -> None:
     """A step stored before nesting carried ``subgraphs``: its five fields still decode."""
     nesting = Nesting(25, "async", ("updates",), False, {}, subgraphs=True)
