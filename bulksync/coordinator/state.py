@@ -136,9 +136,8 @@ def infer_as_node(spec: GraphSpec, saved: CheckpointTuple | None) -> str:
     Raises:
         InvalidUpdateError: when no single node last updated the state.
     """
-    nodes = [n for n in spec.nodes if n != spec.input_channels]
-    if len(nodes) == 1:
-        return nodes[0]
+    if len(spec.nodes) == 1:  # an entrypoint: a StateGraph's START counts as a node
+        return next(iter(spec.nodes))
     seen = saved.checkpoint.versions_seen if saved else {}
     if not any(v for vs in seen.values() for v in vs.values()):
         return spec.input_channels

@@ -2,7 +2,7 @@
 
 from bulksync.constants import END, START
 from bulksync.graph.compiled import CompiledStateGraph
-from bulksync.graph.message import REMOVE_ALL_MESSAGES, MessagesState, add_messages
+from bulksync.graph.message import REMOVE_ALL_MESSAGES, MessageGraph, MessagesState, add_messages
 from bulksync.graph.state import StateGraph
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "REMOVE_ALL_MESSAGES",
     "START",
     "CompiledStateGraph",
+    "MessageGraph",
     "MessagesState",
     "StateGraph",
     "add_messages",

@@ -19,14 +19,24 @@ bulksync; importing an already loaded module costs one dictionary lookup.
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, Final, Literal, TypedDict, overload
 
 from bulksync.context import current_task
 from bulksync.errors import InvalidUpdateError, describe_type
+from bulksync.graph.state import StateGraph
+from bulksync.warnings import LangGraphDeprecatedSinceV10
 
-__all__ = ("REMOVE_ALL_MESSAGES", "Messages", "MessagesState", "add_messages", "push_message")
+__all__ = (
+    "REMOVE_ALL_MESSAGES",
+    "MessageGraph",
+    "Messages",
+    "MessagesState",
+    "add_messages",
+    "push_message",
+)
 
 REMOVE_ALL_MESSAGES: Final = "__remove_all__"
 """Id of a removal that clears every message before it (LangGraph's value)."""
@@ -255,3 +265,19 @@ def _dict_id(message: dict[str, Any]) -> str:
 
 def _is_dict_removal(message: dict[str, Any]) -> bool:
     return message.get("role", message.get("type")) == "remove"
+
+
+class MessageGraph(StateGraph[Any]):
+    """LangGraph's deprecated graph whose whole state is one list of messages, merged with
+    ``add_messages``: nodes take the list and return messages to add. Deprecated as in
+    LangGraph: use a ``StateGraph`` with a ``messages`` key (``MessagesState``) instead."""
+
+    def __init__(self) -> None:
+        warnings.warn(
+            "MessageGraph is deprecated in LangGraph v1.0.0, to be removed in v2.0.0. Please "
+            "use StateGraph with a `messages` key instead.",
+            category=LangGraphDeprecatedSinceV10,
+            stacklevel=2,
+        )
+        root: Any = Annotated[list, add_messages]  # a root schema: the state is the list
+        super().__init__(root)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import threading
+import warnings
 from typing import Annotated, Any, TypedDict
 
 import pydantic
@@ -322,6 +323,43 @@ def update_state_ambiguous(impl: Impl) -> Any:
 
 def test_update_state_ambiguous(conform: Conform) -> None:
     conform(update_state_ambiguous)
+
+
+def edit_before_the_only_node(impl: Impl) -> Any:
+    """Paused before a graph's one node (a breakpoint, or the node raising the deprecated
+    ``NodeInterrupt``), an edit without ``as_node`` is the input's: the node then runs on
+    the edited state."""
+    calls = Calls()
+
+    def check(state: State) -> dict[str, Any]:
+        calls.add("check")
+        if state["answer"] == "raise":
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                error = impl.errors.NodeInterrupt("answer first")
+            calls.add(type(caught[0].message).__name__)
+            raise error
+        return {"log": [f"checked {state['answer']}"]}
+
+    b = impl.StateGraph(State)
+    b.add_node("check", check)
+    b.add_edge(impl.START, "check")
+    out = {}
+    for how, compile_kw in (("breakpoint", {"interrupt_before": ["check"]}), ("raise", {})):
+        g = impl.compile(b, checkpointer=impl.saver(), **compile_kw)
+        cfg = _cfg(f"edit-{how}")
+        paused = g.invoke({"log": [], "answer": how}, cfg)
+        edited = g.update_state(cfg, {"answer": "yes"})
+        out[how] = {
+            "paused": [getattr(i, "value", i) for i in paused.get("__interrupt__", [])],
+            "edited": _snapshot(g.get_state(edited)),
+            "resumed": g.invoke(None, cfg),
+        }
+    return {**out, "calls": calls.names}
+
+
+def test_edit_before_the_only_node(conform: Conform) -> None:
+    conform(edit_before_the_only_node)
 
 
 def resume_from_checkpoint(impl: Impl) -> Any:

@@ -308,3 +308,19 @@ def test_plain_errors_say_what_is_wrong(no_langchain: None, right: Any, match: s
 def test_plain_format_needs_langchain(no_langchain: None) -> None:
     with pytest.raises(ImportError, match="langchain-core"):
         add_messages([], [("user", "x")], format="langchain-openai")
+
+
+def test_message_graph_is_deprecated_and_runs_on_a_list_of_messages() -> None:
+    from bulksync.graph import START, MessageGraph
+    from bulksync.warnings import LangGraphDeprecatedSinceV10
+
+    with pytest.warns(LangGraphDeprecatedSinceV10, match="Please use StateGraph with a `messages`"):
+        builder = MessageGraph()
+    builder.add_node("count", lambda messages: [("ai", f"{len(messages)} so far")])
+    builder.add_edge(START, "count")
+    out = builder.compile().invoke([("user", "hi"), ("user", "there")])
+    assert [(m.type, m.content) for m in out] == [
+        ("human", "hi"),
+        ("human", "there"),
+        ("ai", "2 so far"),
+    ]
