@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, THREAD_ID
-from bulksync.context import current_task
+from bulksync.context import current_task, maybe_current_task
 
 _COORDINATES = (THREAD_ID, CHECKPOINT_NS, CHECKPOINT_ID, "checkpoint_map")
 
@@ -58,6 +58,11 @@ def merge_configs(
 def addresses_own_thread(config: Mapping[str, Any] | None) -> bool:
     """Whether ``config`` names a checkpoint of its own (a thread id, a namespace, a
     checkpoint id): a graph invoked from a node with such a config is a run of its own on
-    that thread, not a subgraph of the node, as in LangGraph."""
+    that thread, not a subgraph of the node, as in LangGraph. The running node's own config
+    handed on (its namespace is the node's task's) is not: that call is a subgraph's."""
     configurable = (config or {}).get("configurable") or {}
-    return any(configurable.get(key) not in (None, "") for key in _COORDINATES)
+    if not any(configurable.get(key) not in (None, "") for key in _COORDINATES):
+        return False
+    ctx = maybe_current_task()
+    own = ctx.config.get("configurable", {}).get(CHECKPOINT_NS) if ctx is not None else None
+    return own is None or configurable.get(CHECKPOINT_NS) != own

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 
 from .harness import Conform
 from .impls import Impl
@@ -63,6 +64,40 @@ def graph_invoked_on_its_own_thread(impl: Impl) -> Any:
 
 def test_graph_invoked_on_its_own_thread(conform: Conform) -> None:
     conform(graph_invoked_on_its_own_thread)
+
+
+def graph_invoked_with_the_nodes_own_config(impl: Impl) -> Any:
+    """A node handing its own config to ``invoke`` runs the child as its subgraph: the
+    child's updates stream under the node, and its ``Command.PARENT`` reaches the parent."""
+    cb = impl.StateGraph(Count)
+    cb.add_node(
+        "jump",
+        lambda s: (
+            impl.Command(graph=impl.Command.PARENT, goto="after")
+            if s.get("count")
+            else {"count": 1}
+        ),
+    )
+    cb.add_edge(impl.START, "jump")
+    child = impl.compile(cb)
+
+    def call_child(state: Parent, config: RunnableConfig) -> dict[str, Any]:
+        child.invoke({"count": 0}, config)
+        child.invoke({"count": 1}, config)  # jumps: this node's update is not applied
+        return {"answer": "not reached"}
+
+    b = impl.StateGraph(Parent)
+    b.add_node("call_child", call_child)
+    b.add_node("after", lambda s: {"answer": "after"})
+    b.add_edge(impl.START, "call_child")
+    parent = impl.compile(b, checkpointer=impl.saver())
+    cfg = {"configurable": {"thread_id": "own-config"}}
+    parts = parent.stream({"answer": ""}, cfg, stream_mode="updates", subgraphs=True)
+    return [(_segment_names(ns), update) for ns, update in parts]
+
+
+def test_graph_invoked_with_the_nodes_own_config(conform: Conform) -> None:
+    conform(graph_invoked_with_the_nodes_own_config)
 
 
 def model_events_of_a_graph_on_its_own_thread(impl: Impl) -> Any:
