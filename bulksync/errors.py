@@ -29,7 +29,6 @@
     ├── UnservedGraphError         (also LookupError)
     └── GraphBubbleUp              control flow, never shown to users as a failure
         ├── GraphInterrupt
-        │   └── NodeInterrupt                          deprecated: a node pausing itself
         ├── GraphDrained                               a RunControl drain: resume later
         └── ParentCommand
 
@@ -303,27 +302,6 @@ class GraphInterrupt(GraphBubbleUp):
         """The pending interrupts this pause carries (empty for breakpoints)."""
         value: tuple[Interrupt, ...] = self.args[0]
         return value
-
-
-class NodeInterrupt(GraphInterrupt):
-    """Raised by a node to pause the run with ``value`` (deprecated, as in LangGraph).
-
-    Use ``bulksync.types.interrupt``, which can be answered. The run pauses as at any
-    interrupt; invoking the thread again runs the node again.
-    """
-
-    def __init__(self, value: Any, id: str | None = None) -> None:
-        import warnings
-
-        from bulksync.types import Interrupt
-        from bulksync.warnings import LangGraphDeprecatedSinceV10
-
-        warnings.warn(
-            "NodeInterrupt is deprecated. Please use `langgraph.types.interrupt` instead.",
-            LangGraphDeprecatedSinceV10,
-            stacklevel=2,
-        )
-        super().__init__((Interrupt(value=value) if id is None else Interrupt(value, id=id),))
 
 
 class GraphDrained(GraphBubbleUp):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import operator
 import threading
-import warnings
 from typing import Annotated, Any, TypedDict
 
 import pydantic
@@ -326,19 +325,14 @@ def test_update_state_ambiguous(conform: Conform) -> None:
 
 
 def edit_before_the_only_node(impl: Impl) -> Any:
-    """Paused before a graph's one node (a breakpoint, or the node raising the deprecated
-    ``NodeInterrupt``), an edit without ``as_node`` is the input's: the node then runs on
-    the edited state."""
+    """Paused before a graph's one node (a breakpoint) or in it (an interrupt), an edit
+    without ``as_node`` is the input's: the node then runs on the edited state."""
     calls = Calls()
 
     def check(state: State) -> dict[str, Any]:
         calls.add("check")
         if state["answer"] == "raise":
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                error = impl.errors.NodeInterrupt("answer first")
-            calls.add(type(caught[0].message).__name__)
-            raise error
+            impl.interrupt("answer first")
         return {"log": [f"checked {state['answer']}"]}
 
     b = impl.StateGraph(State)
