@@ -14,6 +14,7 @@ their own type wherever their class is loaded (else as ``StoredError`` naming it
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 import uuid
@@ -44,7 +45,7 @@ from bulksync.service.runs import Run, RunEvent, RunStore
 from bulksync.settings import Settings, redact
 from bulksync.types import GraphOutput, StateSnapshot
 from bulksync.workers import wire
-from bulksync.workers.cancel_scope import current_scope, mark_async_caller
+from bulksync.workers.cancel_scope import STOP_WAIT, current_scope, mark_async_caller
 
 __all__ = ["Client", "RemoteGraph", "Run", "RunEvent"]
 
@@ -472,7 +473,14 @@ class RemoteGraph(AsyncGraphMethods):
         run on the cluster too (``workers/cancel_scope.py``)."""
         scope = current_scope()
         if scope is not None:
-            scope.on_cancel(functools.partial(self.client.cancel, run_id))
+            scope.on_cancel(functools.partial(self._stop_run, run_id))
+
+    def _stop_run(self, run_id: str) -> None:
+        """Cancel the run and wait (``STOP_WAIT`` at most) until it has ended, its running
+        nodes stopped, as a caller stopping an in-process run waits for its nodes."""
+        self.client.cancel(run_id)
+        with contextlib.suppress(TimeoutError):
+            self.client.wait(run_id, timeout=STOP_WAIT)
 
     def get_state(self, config: Mapping[str, Any], *, subgraphs: bool = False) -> StateSnapshot:
         """The thread's current state (or at ``checkpoint_id``), with its next tasks."""

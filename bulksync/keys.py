@@ -17,6 +17,7 @@
     bulksync:deliveries:<slot>            string  how many times a worker claimed     result_ttl
                                                   the task (started it)
     bulksync:cancel:<run id>              string  present once a run is cancelled     run_ttl
+    bulksync:cancel-step:<step key>       string  present once a step is cancelled    step_ttl
     bulksync:inboxes:<run id>             set     inbox keys of the run's live steps  run_ttl
     bulksync:events:<run id>              stream  a detached run's stream events      run_ttl
     bulksync:wake                         list    "a run was submitted" signals       trimmed
@@ -94,6 +95,12 @@ def deliveries(slot: str) -> str:
 def cancel(run_id: str) -> str:
     """Set once the run is cancelled; workers skip its tasks."""
     return f"{PREFIX}:cancel:{run_id}"
+
+
+def step_cancel(step_key: str) -> str:
+    """Set once a step is cancelled (a task failed, a step timeout, a caller left): workers
+    stop its running async nodes."""
+    return f"{PREFIX}:cancel-step:{step_key}"
 
 
 def run_inboxes(run_id: str) -> str:

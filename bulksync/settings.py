@@ -180,6 +180,13 @@ class Settings:
         "looks for lost ones (at most a third of the claim lease)",
         unit="seconds",
     )
+    cancel_poll: float = setting(
+        0.25,
+        group="cluster",
+        doc="how often a worker looks whether the steps and runs of its running tasks were "
+        "cancelled, to stop their async nodes",
+        unit="seconds",
+    )
     max_deliveries: int = setting(
         3,
         group="cluster",

@@ -192,29 +192,16 @@ _LIFECYCLE_ON_THE_COORDINATOR = (
     "carry lifecycle events back to the caller yet"
 )
 
-_RUNNING_NODES_ON_WORKERS = (
-    "stopping a run on a cluster (a RemoteGraph caller cancelled: the run is cancelled) revokes "
-    "its tasks that have not started; an async node already running on a worker finishes (it "
-    "is not cancelled), though no later step starts"
-)
-
 KNOWN_BUGS: dict[str, dict[str, str]] = {
     "celery": {
         "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
         "callback_events": _CALLBACKS_STAY_HOME,
-        "breaking_off_astream": _RUNNING_NODES_ON_WORKERS,
-        "cancelled_ainvoke": _RUNNING_NODES_ON_WORKERS,
-        "cancelled_ainvoke_of_a_nested_graph": _RUNNING_NODES_ON_WORKERS,
-        "step_timeout": _RUNNING_NODES_ON_WORKERS,
     },
     "remote": {
         "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
         "callback_events": _CALLBACKS_STAY_HOME,
         "lifecycle_events": _LIFECYCLE_ON_THE_COORDINATOR,
         "raising_handler": _LIFECYCLE_ON_THE_COORDINATOR,
-        "breaking_off_astream": _RUNNING_NODES_ON_WORKERS,
-        "cancelled_ainvoke": _RUNNING_NODES_ON_WORKERS,
-        "cancelled_ainvoke_of_a_nested_graph": _RUNNING_NODES_ON_WORKERS,
     },
 }
 """Scenarios a flavour fails because of a bulksync bug, by flavour, each naming the bug.

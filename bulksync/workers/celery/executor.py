@@ -16,7 +16,9 @@ stops it. This is the backstop for any node, sync ones included: an async node's
 ``timeout=`` is kept by the worker that runs it (``workers/timeouts.py``).
 Cancelling a run (``service.cancel.cancel_run``) wakes every live step of the run: their
 unfinished tasks are delivered as ``TaskCancelledError`` and revoked, and workers skip the
-run's remaining tasks. If Redis restarts or loses the step's keys, the gatherer waits for it to
+run's remaining tasks. A cancelled step (or run) also stops its tasks already running: the
+workers' ``stopper.py`` cancels their async nodes, and the coordinator waits for them as it
+does in-process. If Redis restarts or loses the step's keys, the gatherer waits for it to
 come back and dispatches the step's unfinished tasks again (results that survived count).
 A task whose worker died (its claim expired: ``claims.py``) or that was never started within
 ``unstarted_grace`` is published again; one whose worker died ``max_deliveries`` times fails
@@ -51,6 +53,7 @@ from bulksync.errors import (
 from bulksync.retry import is_transient_redis, redis_client, retry
 from bulksync.settings import Settings
 from bulksync.workers import wire
+from bulksync.workers.cancel_scope import STOP_WAIT
 from bulksync.workers.celery.app import make_app
 from bulksync.workers.celery.claims import ClaimWatch, Survey, forget
 from bulksync.workers.celery.gatherer import Gatherer
@@ -59,6 +62,9 @@ from bulksync.workers.celery.progress import progress_chunk, waiting_queues
 from bulksync.workers.registry import task_name, walk_specs
 
 log = logging.getLogger(__name__)
+
+_STOP_POLL = 0.05
+"""Seconds between two looks at the claims of a cancelled step's running tasks."""
 
 
 def batch_size(count: int, settings: Settings) -> int:
@@ -148,6 +154,7 @@ class CeleryStep:
         self.deadlines: dict[str, float] = {}
         self._lock = threading.Lock()
         self._stopped = False
+        self.cancelled: list[str] = []  # the tasks the step's cancel stopped
         self._warned: set[str] = set()  # queues already reported as waiting
 
     # -- dispatch ---------------------------------------------------------------------
@@ -438,7 +445,7 @@ class CeleryStep:
         elif kind == wire.EVENT:
             self.live.sink(*wire.loads_event(data))
         elif kind == wire.CANCEL:
-            self.cancel()
+            self._stop()  # the gatherer does not wait: it serves every step
 
     def _deliver(self, result: TaskResult) -> None:
         with self._lock:
@@ -509,19 +516,40 @@ class CeleryStep:
     # -- cancel -----------------------------------------------------------------------
 
     def cancel(self) -> None:
-        """Revoke the unfinished tasks and deliver them as cancelled."""
+        """Revoke the unfinished tasks, deliver them as cancelled, and wait (``STOP_WAIT``
+        at most) until the async nodes among those already running have stopped, as a step
+        run in-process does (a sync node cannot be stopped: it is not waited for)."""
+        self._stop()
+        nodes = self.spec.nodes
+        self._await_stopped([t for t in self.cancelled if nodes[self.tasks[t].name].is_async])
+
+    def _stop(self) -> None:
+        """Revoke the unfinished tasks and deliver them as cancelled (once)."""
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
-            left = sorted(self.pending)
+            left = self.cancelled = sorted(self.pending)
         self._revoke(left, terminate=True)
         for task_id in left:
             self._deliver(TaskResult(task_id, error=TaskCancelledError(task_id)))
         wake = self.ex.redis.pipeline(transaction=False)
+        # Workers stop the step's tasks already running (``stopper.py``).
+        wake.set(keys.step_cancel(self.key), 1, ex=self.ex.settings.step_ttl)
         wake.rpush(keys.inbox(self.key), wire.CANCEL)  # wake the gatherer
         wake.expire(keys.inbox(self.key), self.ex.settings.step_ttl)
         wake.execute()
+
+    def _await_stopped(self, task_ids: Sequence[str]) -> None:
+        """Wait until no worker holds the claim of any of ``task_ids`` (``STOP_WAIT`` at
+        most): a worker drops a task's claim once the task has ended."""
+        claimed = [keys.claim(self.slots[t]) for t in task_ids if t in self.slots]
+        deadline = time.monotonic() + STOP_WAIT
+        try:
+            while claimed and self.ex.redis.exists(*claimed) and time.monotonic() < deadline:
+                time.sleep(_STOP_POLL)
+        except redis.RedisError as exc:  # the tasks stop all the same; only the wait is cut
+            log.warning("step %s: could not wait for its cancelled tasks: %s", self.key, exc)
 
     def _revoke(self, task_ids: Sequence[str], *, terminate: bool = False) -> None:
         wanted = set(task_ids)

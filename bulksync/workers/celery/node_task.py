@@ -26,11 +26,18 @@ from celery import Celery
 from bulksync import keys, logs
 from bulksync.coordinator.executor import TaskResult
 from bulksync.coordinator.spec import GraphSpec
-from bulksync.errors import NodeFailedError, TaskTimeoutError, UnknownGraphError, WorkerLostError
+from bulksync.errors import (
+    NodeFailedError,
+    TaskCancelledError,
+    TaskTimeoutError,
+    UnknownGraphError,
+    WorkerLostError,
+)
 from bulksync.retry import is_transient_redis, retry
 from bulksync.settings import Settings
 from bulksync.workers import wire
 from bulksync.workers.celery import claims
+from bulksync.workers.celery.stopper import TaskStopper
 from bulksync.workers.registry import GraphRegistry, task_name, walk_specs
 from bulksync.workers.remote import RemoteStep
 
@@ -68,6 +75,7 @@ class WorkerRuntime:
         self._clients: dict[int, redis.Redis] = {}
         self._states: OrderedDict[str, RemoteStep] = OrderedDict()
         self._claims: dict[int, claims.ClaimKeeper] = {}
+        self._stoppers: dict[int, TaskStopper] = {}
         self._lock = threading.Lock()
 
     def redis(self) -> redis.Redis:
@@ -128,7 +136,7 @@ class WorkerRuntime:
             if verdict <= 0:
                 self._unclaimed(step_key, desc, verdict)
                 continue
-            with self.claims().held(desc.slot):
+            with self.claims().held(desc.slot), self.stopper().running(step_key, run_id):
                 if timeout:  # the coordinator's clock for this task starts now
                     self._report_started(step_key, desc.id)
                 began = time.monotonic()
@@ -136,8 +144,8 @@ class WorkerRuntime:
                 self.record(step_key, desc.slot, outcome.data, keep=outcome.keep)
             ran += 1
             error = outcome.error or _overtime(desc, timeout, time.monotonic() - began)
-            if error is not None:
-                failed.append((desc, error))
+            if error is not None and not isinstance(error, TaskCancelledError):
+                failed.append((desc, error))  # (a cancelled task was stopped on purpose)
         if failed:  # every result is recorded: now Celery (and Flower) may see a FAILURE
             raise _failure(run_id, _thread_of(step), len(descs), failed) from failed[0][1]
         return ran
@@ -150,6 +158,15 @@ class WorkerRuntime:
             keeper = claims.ClaimKeeper(self.redis(), self.settings)
             self._claims = {pid: keeper}
         return keeper
+
+    def stopper(self) -> TaskStopper:
+        """This process's watch for cancelled steps and runs (never shared with a parent)."""
+        pid = os.getpid()
+        stopper = self._stoppers.get(pid)
+        if stopper is None:
+            stopper = TaskStopper(self.redis(), self.settings.cancel_poll)
+            self._stoppers = {pid: stopper}
+        return stopper
 
     def _unclaimed(self, step_key: str, desc: wire.TaskDescriptor, verdict: int) -> None:
         """A task this delivery may not run: report what is known of it, or nothing."""
