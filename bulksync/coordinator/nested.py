@@ -28,6 +28,25 @@ def recast_namespace(ns: str) -> str:
     return NS_SEP.join(part.split(NS_END)[0] for part in ns.split(NS_SEP))
 
 
+def subgraph_task_states(
+    subgraphs: Mapping[str, CompiledGraph], config: Mapping[str, Any], tasks: Any
+) -> dict[str, dict[str, Any]]:
+    """For the tasks of subgraph nodes (``subgraphs``, by node), the config of the
+    subgraph's checkpoints, by task id: what a snapshot's ``PregelTask.state`` shows when it
+    does not read them (a persistent subgraph's namespace has no task ids)."""
+    thread = (config.get("configurable") or {}).get("thread_id")
+    states: dict[str, dict[str, Any]] = {}
+    for task in tasks:
+        subgraph = subgraphs.get(task.name)
+        if subgraph is None:
+            continue
+        ns = task.checkpoint_ns
+        if subgraph.checkpointer is True:
+            ns = recast_namespace(ns)
+        states[task.id] = {"configurable": {"thread_id": thread, CHECKPOINT_NS: ns}}
+    return states
+
+
 class ReplayState:
     """A run replaying an old checkpoint, as its subgraphs see it.
 

@@ -212,8 +212,10 @@ def checkpoint_payload(
     tasks: Sequence[Task],
     pending_writes: Sequence[tuple[str, str, Any]],
     keys: Keys,
+    task_states: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The ``checkpoints`` payload for the checkpoint a step plans from."""
+    """The ``checkpoints`` payload for the checkpoint a step plans from (``task_states``:
+    where a subgraph node's task keeps its checkpoints, by task id)."""
     statuses = read_task_statuses(w for w in pending_writes if w[0] in {t.id for t in tasks})
     wanted = {keys} if isinstance(keys, str) else set(keys)
     entries = []
@@ -229,7 +231,7 @@ def checkpoint_payload(
             entry["interrupts"] = tuple(
                 dataclasses.asdict(i) for i in (status.interrupts if status else ())
             )
-        entry["state"] = None
+        entry["state"] = (task_states or {}).get(task.id)
         entries.append(entry)
     mapped = with_checkpoint_map(config, metadata) or config
     parent = with_checkpoint_map(parent_config, metadata)

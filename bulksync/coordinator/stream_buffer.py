@@ -15,6 +15,7 @@ from bulksync.checkpoint.base import PendingWrite
 from bulksync.constants import INTERRUPT
 from bulksync.coordinator import stream
 from bulksync.coordinator.executor import StreamSink
+from bulksync.coordinator.nested import subgraph_task_states
 from bulksync.coordinator.options import RunOptions
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec, Write
@@ -32,6 +33,7 @@ class StreamBuffer:
         self.modes = options.modes
         self.keys: stream.Keys = options.output_keys or spec.stream_channels
         self._stream_channels = spec.stream_channels
+        self._subgraphs = {n.name: n.subgraph for n in spec.nodes.values() if n.subgraph}
         self._user_metadata = options.user_metadata
         self._chunks: list[tuple[str, Any]] = []
 
@@ -102,5 +104,6 @@ class StreamBuffer:
             list(tasks),
             pending,
             self.keys,
+            subgraph_task_states(self._subgraphs, config, tasks),
         )
         self.emit("checkpoints", payload, step=step)

@@ -398,7 +398,11 @@ class CompiledStateGraph(AsyncGraphMethods):
         conf.setdefault(CHECKPOINT_NS, "")
         graph = self._subgraph_for(conf[CHECKPOINT_NS]) or self
         for saved in saver.list({"configurable": conf}, filter=filter, before=before, limit=limit):
-            yield thread_state.snapshot(graph.spec, saved, saved.config, live=False)
+            # A subgraph's task points at the subgraph's checkpoints, as in get_state.
+            states = graph._task_states(saver, saved, recurse=False)
+            yield thread_state.snapshot(
+                graph.spec, saved, saved.config, live=False, task_states=states
+            )
 
     def update_state(
         self,

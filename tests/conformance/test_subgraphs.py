@@ -272,6 +272,35 @@ def test_subgraph_state_history(conform: Conform) -> None:
     conform(subgraph_state_history)
 
 
+def subgraph_tasks_point_at_their_checkpoints(impl: Impl) -> Any:
+    """A subgraph node's task, in history and in the debug stream's checkpoints as in
+    ``get_state``, points at the subgraph's checkpoints (a config, not read)."""
+
+    def pointer(state: Any) -> Any:
+        if not isinstance(state, dict):
+            return state
+        conf = state["configurable"]
+        return conf["thread_id"], [p.split(":")[0] for p in conf["checkpoint_ns"].split("|")]
+
+    out = {}
+    for persistent in (False, True):
+        child = _child(impl, interrupting=True, checkpointer=persistent or None)
+        g = _parent(impl, child, checkpointer=impl.saver())
+        cfg = _cfg(f"pointers-{persistent}")
+        debug = [
+            [(t["name"], pointer(t["state"])) for t in part["payload"]["tasks"]]
+            for part in g.stream({"log": [], "topic": "p"}, cfg, stream_mode="debug")
+            if part["type"] == "checkpoint"
+        ]
+        history = [[(t.name, pointer(t.state)) for t in s.tasks] for s in g.get_state_history(cfg)]
+        out["persistent" if persistent else "plain"] = {"debug": debug, "history": history}
+    return out
+
+
+def test_subgraph_tasks_point_at_their_checkpoints(conform: Conform) -> None:
+    conform(subgraph_tasks_point_at_their_checkpoints)
+
+
 def subgraph_breakpoint_resumed_from_parent(impl: Impl) -> Any:
     """A subgraph compiled with ``interrupt_before`` pauses the parent; resuming goes on."""
     cb = impl.StateGraph(Child)
