@@ -42,7 +42,8 @@ class TaskResult:
     """What one task produced: its writes, or the error or interrupts that stopped it.
 
     ``writes`` include control writes (``__resume__`` answers consumed so far) even when the
-    task was interrupted; an errored task's ``writes`` are discarded by the loop. A write's
+    task was interrupted; an errored task's ``writes`` hold only the ``__node_error__`` a
+    crashed error handler leaves (recorded with its error, for a resumed run). A write's
     value may be an ``Encoded`` (a worker's bytes): the loop stores those bytes as they are.
     """
 
