@@ -585,6 +585,9 @@ class SuperstepLoop:
             self.status = "interrupt_after"
             self._stream_checkpoint(self._plan())  # the one the run pauses on
             raise GraphInterrupt()
+        # Only the first step resumes: a subgraph a later step enters again starts on its
+        # new input, as LangGraph unsets its resuming flag here.
+        self.is_resuming = False
 
     def halt(self) -> None:
         """This loop's caller stopped (a node invoking it was cancelled): as ``abandon``,
