@@ -371,17 +371,32 @@ class CompiledStateGraph(AsyncGraphMethods):
         spec = self.builder.nodes.get(node)
         return invoked_graph(spec.action) if spec is not None else None
 
-    def _subgraph_for(self, ns: str) -> CompiledStateGraph | None:
+    def _subgraph_for(self, ns: str, *, for_update: bool = False) -> CompiledStateGraph | None:
+        """The subgraph a namespaced config addresses, segment by segment: a subgraph node,
+        or the graph a node's function invokes (a numbered segment is a repeated call of
+        it). None for no namespace, or one naming no such subgraph (a graph a tool invokes,
+        say): as in LangGraph, a read then uses this graph's channels.
+
+        Raises:
+            ValueError: ``for_update`` and the namespace names no subgraph (this graph's
+                nodes would write the wrong state into it), in LangGraph's words.
+        """
         if not ns:
             return None
         graph: CompiledStateGraph = self
         for part in ns.split(NS_SEP):
             name = part.split(NS_END)[0]
+            if name.isdigit():
+                continue
             node = graph.spec.nodes.get(name)
-            if node is None or not isinstance(node.subgraph, CompiledStateGraph):
-                # LangGraph raises a bare ValueError for an unknown subgraph namespace too.
-                raise ValueError(f"checkpoint_ns {ns!r}: no subgraph node '{name}'.")
-            graph = node.subgraph
+            sub = node.subgraph if node is not None else None
+            if node is not None and sub is None:
+                sub = graph._invoked(name)
+            if not isinstance(sub, CompiledStateGraph):
+                if for_update:
+                    raise ValueError(f"Subgraph {recast_namespace(ns)} not found")
+                return None
+            graph = sub
         return graph
 
     def get_state_history(
@@ -431,10 +446,12 @@ class CompiledStateGraph(AsyncGraphMethods):
         if any(len(updates) == 0 for updates in supersteps):
             raise ValueError("No updates provided")
         saver = self._require_saver()
+        ns = (config.get("configurable") or {}).get(CHECKPOINT_NS, "")
+        graph = self._subgraph_for(ns, for_update=True) or self  # a subgraph's nodes write
         current = dict(config)
         for updates in supersteps:
             given = [(u[0], u[1], u[2] if len(u) > 2 else None) for u in updates]
-            current = thread_state.update_state(self.spec, saver, current, given)
+            current = thread_state.update_state(graph.spec, saver, current, given)
         return current
 
     def get_subgraphs(

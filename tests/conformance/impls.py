@@ -195,10 +195,12 @@ _LIFECYCLE_ON_THE_COORDINATOR = (
 KNOWN_BUGS: dict[str, dict[str, str]] = {
     "celery": {
         "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
+        "namespaces_without_a_declared_subgraph": _INVOKED_ON_A_WORKER,
         "callback_events": _CALLBACKS_STAY_HOME,
     },
     "remote": {
         "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
+        "namespaces_without_a_declared_subgraph": _INVOKED_ON_A_WORKER,
         "callback_events": _CALLBACKS_STAY_HOME,
         "lifecycle_events": _LIFECYCLE_ON_THE_COORDINATOR,
         "raising_handler": _LIFECYCLE_ON_THE_COORDINATOR,

@@ -7,7 +7,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 
-from .harness import Conform
+from .harness import Conform, attempt
 from .impls import Impl
 from .ordering import FinishOrder
 
@@ -299,6 +299,78 @@ def subgraph_tasks_point_at_their_checkpoints(impl: Impl) -> Any:
 
 def test_subgraph_tasks_point_at_their_checkpoints(conform: Conform) -> None:
     conform(subgraph_tasks_point_at_their_checkpoints)
+
+
+def subgraph_entered_again_after_a_resume(impl: Impl) -> Any:
+    """Only the step a run resumes in resumes its subgraphs: a persistent subgraph that a
+    later step of the resumed run enters again starts on its new input and asks again."""
+    asked: list[str] = []
+
+    def ask(state: Child) -> dict[str, Any]:
+        asked.append(state["topic"])
+        return {"log": [f"heard {impl.interrupt('again?')}"]}
+
+    cb = impl.StateGraph(Child)
+    cb.add_node("ask", ask)
+    cb.add_edge(impl.START, "ask")
+    child = impl.compile(cb, checkpointer=True)
+
+    def call_child(state: Parent) -> dict[str, Any]:
+        out = child.invoke({"log": [], "topic": f"round {len(state['log'])}"})
+        return {"log": [out["log"][-1]]}
+
+    def loop(state: Parent) -> Any:
+        return impl.Command(goto="call_child") if len(state["log"]) < 2 else {"answer": "done"}
+
+    b = impl.StateGraph(Parent)
+    b.add_node("call_child", call_child)
+    b.add_node("loop", loop)
+    b.add_edge(impl.START, "call_child")
+    b.add_edge("call_child", "loop")
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = _cfg("enter-again")
+    outputs = [g.invoke({"log": [], "topic": "t"}, cfg)]
+    outputs += [g.invoke(impl.Command(resume=answer), cfg) for answer in ("one", "two")]
+    return {"outputs": outputs, "asked": asked}
+
+
+def test_subgraph_entered_again_after_a_resume(conform: Conform) -> None:
+    conform(subgraph_entered_again_after_a_resume)
+
+
+def namespaces_without_a_declared_subgraph(impl: Impl) -> Any:
+    """A namespace whose graph the parent cannot find (a node invoking it from a dict) is
+    read with the parent's channels, and an update to it is refused; an update to a
+    declared subgraph's namespace is applied as that subgraph's node."""
+    hidden = {"child": _child(impl)}
+
+    def call_hidden(state: Parent) -> dict[str, Any]:
+        hidden["child"].invoke({"log": [], "topic": state["topic"]})
+        return {"log": ["called"]}
+
+    b = impl.StateGraph(Parent)
+    b.add_node("call_hidden", call_hidden)
+    b.add_node("sub", _child(impl, interrupting=True))
+    b.add_edge(impl.START, "call_hidden")
+    b.add_edge("call_hidden", "sub")
+    g = impl.compile(b, checkpointer=impl.saver())
+    cfg = _cfg("undeclared")
+    namespaces = {
+        ns[0].split(":")[0]: {"configurable": {"thread_id": "undeclared", "checkpoint_ns": ns[0]}}
+        for ns, _ in g.stream({"log": [], "topic": "t"}, cfg, subgraphs=True)
+        if ns
+    }
+    hidden_cfg, sub_cfg = namespaces["call_hidden"], g.get_state(cfg).tasks[0].state
+    updated = g.update_state(sub_cfg, {"log": ["edited"]}, as_node="work")
+    return {
+        "hidden": g.get_state(hidden_cfg).values,
+        "update_hidden": attempt(g.update_state, hidden_cfg, {"log": ["x"]}),
+        "sub_after_update": _snapshot(g.get_state(updated))["next"],
+    }
+
+
+def test_namespaces_without_a_declared_subgraph(conform: Conform) -> None:
+    conform(namespaces_without_a_declared_subgraph)
 
 
 def subgraph_breakpoint_resumed_from_parent(impl: Impl) -> Any:

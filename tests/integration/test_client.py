@@ -270,8 +270,7 @@ def test_remote_state_errors_keep_their_type(pair: tuple[Any, RemoteGraph]) -> N
     bad_ns = {"configurable": {"thread_id": "e", "checkpoint_ns": "nowhere:1"}}
     calls = [
         lambda g: g.update_state(config("e"), {"text": "x"}, as_node="no_such_node"),
-        lambda g: g.get_state(bad_ns),
-        lambda g: list(g.get_state_history(bad_ns)),
+        lambda g: g.update_state(bad_ns, {"text": "x"}),  # "Subgraph nowhere not found"
     ]
     for call in calls:
         with pytest.raises(Exception) as want:
@@ -279,6 +278,10 @@ def test_remote_state_errors_keep_their_type(pair: tuple[Any, RemoteGraph]) -> N
         with pytest.raises(type(want.value)) as got:
             call(remote)
         assert str(got.value) == str(want.value)
+    # A namespace naming no subgraph reads with the graph's own channels, as in LangGraph:
+    # nothing was stored there.
+    assert local.get_state(bad_ns).values == remote.get_state(bad_ns).values == {}
+    assert list(local.get_state_history(bad_ns)) == list(remote.get_state_history(bad_ns)) == []
 
 
 def test_cancelling_a_remote_ainvoke_cancels_its_run(service: Service) -> None:

@@ -331,7 +331,7 @@ def _no_checkpointer() -> Any:
 
 def _unknown_subgraph_ns() -> Any:
     config = {"configurable": {"thread_id": "t", "checkpoint_ns": "nope:1"}}
-    return _graph(saved=True).get_state(config)
+    return _graph(saved=True).update_state(config, {})  # (a read uses the graph's channels)
 
 
 def _add_messages_one_side() -> Any:
@@ -350,7 +350,7 @@ LANGGRAPH_VALUE_ERRORS: dict[str, Callable[[], Any]] = {
     "recursion_limit=0": _recursion_limit,
     "checkpointed run without thread_id": _no_thread,
     "get_state without checkpointer": _no_checkpointer,
-    "unknown checkpoint_ns": _unknown_subgraph_ns,
+    "update at an unknown checkpoint_ns": _unknown_subgraph_ns,
     "add_messages with one side": _add_messages_one_side,
     "add_messages format": _add_messages_format,
 }
