@@ -37,6 +37,7 @@ from bulksync.constants import (
     NULL_TASK_ID,
     RESUME,
     THREAD_ID,
+    WRITES_IDX_MAP,
 )
 from bulksync.coordinator import clock
 from bulksync.coordinator.apply import (
@@ -64,6 +65,19 @@ class PendingWrites:
     def __init__(self, rows: Iterable[PendingWrite] = ()) -> None:
         self.rows: list[PendingWrite] = list(rows)
         self._special = {w[0] for w in self.rows if w[1] in SPECIAL}
+        # The rows as loaded (already stored), kept so that their ids stay theirs.
+        self._loaded = list(self.rows)
+        self._loaded_ids = {id(w) for w in self._loaded}
+
+    def unstored(self) -> list[PendingWrite]:
+        """What a ``durability="exit"`` run stores: the rows not loaded from the saver, the
+        fixed-slot ones (error, interrupt, resume: a store replaces them), and every input
+        row (the run's ``Command`` updates, stored in full so that each keeps its slot)."""
+        return [
+            w
+            for w in self.rows
+            if id(w) not in self._loaded_ids or w[1] in WRITES_IDX_MAP or w[0] == NULL_TASK_ID
+        ]
 
     def __iter__(self) -> Iterator[PendingWrite]:
         return iter(self.rows)
@@ -88,6 +102,7 @@ class PendingWrites:
         """Forget every row (a new checkpoint was committed)."""
         self.rows = []
         self._special = set()
+        self._loaded, self._loaded_ids = [], set()
 
 
 def load_head(
@@ -278,9 +293,13 @@ class Ledger:
         return dataclasses.replace(self.checkpoint, channel_values=values)
 
     def store_at_exit(self, paths: Mapping[str, str]) -> None:
-        """Store every pending write of a ``durability="exit"`` run (``paths``: by task id)."""
+        """Store every pending write of a ``durability="exit"`` run (``paths``: by task id).
+
+        A resumed run's rows loaded from the saver are stored already: storing them again
+        at other slots would store them twice (savers key a regular write by its position).
+        """
         by_task: dict[str, list[Write]] = {}
-        for tid, chan, value in self.pending:
+        for tid, chan, value in self.pending.unstored():
             by_task.setdefault(tid, []).append((chan, value))
         assert self.saver is not None
         for tid, writes in by_task.items():

@@ -356,6 +356,31 @@ def test_edit_before_the_only_node(conform: Conform) -> None:
     conform(edit_before_the_only_node)
 
 
+def parallel_interrupts_answered_one_by_one(impl: Impl) -> Any:
+    """Three nodes ask at once; answered one per run, each node's update applies once, also
+    when each run stores its writes only at its end (``durability="exit"``)."""
+    b = impl.StateGraph(State)
+    for name in ("a", "b", "c"):
+        b.add_node(name, lambda s, n=name: {"log": [f"{n}:{impl.interrupt(n.upper())}"]})
+        b.add_edge(impl.START, name)
+    out = {}
+    for durability in ("sync", "exit"):
+        g = impl.compile(b, checkpointer=impl.saver())
+        cfg = _cfg(f"one-by-one-{durability}")
+        result = g.invoke({"log": [], "answer": ""}, cfg, durability=durability)
+        asked = []
+        while pending := result.get("__interrupt__"):
+            asked.append(len(pending))
+            answer = impl.Command(resume={pending[0].id: "yes"})
+            result = g.invoke(answer, cfg, durability=durability)
+        out[durability] = {"log": sorted(result["log"]), "asked": asked}
+    return out
+
+
+def test_parallel_interrupts_answered_one_by_one(conform: Conform) -> None:
+    conform(parallel_interrupts_answered_one_by_one)
+
+
 def resume_from_checkpoint(impl: Impl) -> Any:
     calls = Calls()
 
