@@ -46,6 +46,7 @@ from bulksync.settings import Settings, redact
 from bulksync.types import GraphOutput, StateSnapshot
 from bulksync.workers import wire
 from bulksync.workers.cancel_scope import STOP_WAIT, current_scope, mark_async_caller
+from bulksync.workers.tracing import announce_record, lifecycle_handlers
 
 __all__ = ["Client", "RemoteGraph", "Run", "RunEvent"]
 
@@ -111,13 +112,7 @@ class Client:
             "durability": durability,
             "context": context,
         }
-        payload = {
-            "input": input,
-            "config": _run_config(config),
-            "stream_mode": _listed(stream_mode),
-            "subgraphs": subgraphs,
-            "options": options,
-        }
+        payload = _run_payload(input, config, _listed(stream_mode), subgraphs, options)
         return self.create_run(
             graph_id,
             "invoke",
@@ -213,16 +208,20 @@ class Client:
                 break
         return self.get(run_id)
 
-    def stream(self, run_id: str, last_event_id: str = "0") -> Iterator[RunEvent]:
+    def stream(
+        self, run_id: str, last_event_id: str = "0", *, timeout: float | None = None
+    ) -> Iterator[RunEvent]:
         """The run's events after ``last_event_id`` ("0": from the start), until its end.
 
         Each event has an ``id``: pass the last one seen to resume reading after it.
 
         Raises:
+            TimeoutError: the run did not finish within ``timeout`` seconds.
             LookupError: no run has this id.
         """
         self.get(run_id)
-        yield from self._events(run_id, last_event_id, None)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        yield from self._events(run_id, last_event_id, deadline)
 
     def cancel(self, run_id: str) -> Run:
         """Cancel a run: a pending one at once, a running one as soon as its tasks stop.
@@ -402,18 +401,14 @@ class RemoteGraph(AsyncGraphMethods):
         )
         if stream_mode != "values":
             return list(self.stream(input, config, stream_mode=stream_mode, version=version, **kw))
-        run_id = self.client.submit(
-            self.graph_id,
-            input,
-            config=merge_configs(self.config, config),
-            stream_mode=[],
-            output_keys=output_keys,
-            interrupt_before=interrupt_before,
-            interrupt_after=interrupt_after,
-            durability=durability,
-            context=context,
-        )
+        config = merge_configs(self.config, config)
+        handlers = lifecycle_handlers(config)
+        payload = _run_payload(input, config, [], False, kw, lifecycle=bool(handlers))
+        run_id = self.client.create_run(self.graph_id, "invoke", payload)
         self._cancelled_with_caller(run_id)
+        if handlers:  # the run's pauses and resumptions come on its stream
+            for event in self.client.stream(run_id, timeout=self.timeout):
+                self._tell(run_id, config, handlers, event)
         output = _result(self.client.wait(run_id, self.timeout))
         if version == "v2":
             part = stream_part((), "values", output)
@@ -440,24 +435,23 @@ class RemoteGraph(AsyncGraphMethods):
         values stay dicts: no schema is loaded here)."""
         check_version(version)
         modes, bare = stream_modes(stream_mode, bool(debug))
-        payload = {
-            "input": input,
-            "config": _run_config(merge_configs(self.config, config)),
-            "stream_mode": modes,
-            "subgraphs": subgraphs,
-            "options": {
-                "output_keys": output_keys,
-                "interrupt_before": interrupt_before,
-                "interrupt_after": interrupt_after,
-                "durability": durability,
-                "context": context,
-            },
+        config = merge_configs(self.config, config)
+        handlers = lifecycle_handlers(config)
+        options = {
+            "output_keys": output_keys,
+            "interrupt_before": interrupt_before,
+            "interrupt_after": interrupt_after,
+            "durability": durability,
+            "context": context,
         }
+        payload = _run_payload(input, config, modes, subgraphs, options, lifecycle=bool(handlers))
         run_id = self.client.create_run(self.graph_id, "stream", payload)
         self._cancelled_with_caller(run_id)
         for event in self.client.stream(run_id):
             if event.mode == runs.END:
                 break
+            if handlers:
+                self._tell(run_id, config, handlers, event)
             if event.mode not in modes:
                 continue
             if version == "v2":
@@ -467,6 +461,20 @@ class RemoteGraph(AsyncGraphMethods):
                     event.namespace, event.mode, event.chunk, subgraphs=subgraphs, bare=bare
                 )
         _result(self.client.get(run_id))
+
+    def _tell(
+        self, run_id: str, config: Mapping[str, Any], handlers: list[Any], event: RunEvent
+    ) -> None:
+        """Hand a run's pause or resumption (a ``LIFECYCLE`` event) to the caller's lifecycle
+        handlers; one with ``raise_error`` that raises stops the run, as it would locally."""
+        if event.mode != runs.LIFECYCLE:
+            return
+        given = config.get("run_id")  # the caller's id for the run, else the cluster's
+        try:
+            announce_record(handlers, event.chunk, given or uuid.UUID(run_id))
+        except BaseException:
+            self._stop_run(run_id)
+            raise
 
     def _cancelled_with_caller(self, run_id: str) -> None:
         """A caller that stops (``ainvoke`` cancelled, ``astream`` broken off) cancels the
@@ -532,6 +540,29 @@ def _run_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     kept["configurable"] = dict(kept.get("configurable") or {})
     mark_async_caller(kept["configurable"])
     return kept
+
+
+def _run_payload(
+    input: Any,
+    config: Mapping[str, Any] | None,
+    modes: list[str],
+    subgraphs: bool,
+    options: Mapping[str, Any],
+    *,
+    lifecycle: bool = False,
+) -> dict[str, Any]:
+    """The payload of an ``invoke``/``stream`` run (``lifecycle``: stream its pauses and
+    resumptions, for the caller's lifecycle handlers)."""
+    payload = {
+        "input": input,
+        "config": _run_config(config),
+        "stream_mode": modes,
+        "subgraphs": subgraphs,
+        "options": dict(options),
+    }
+    if lifecycle:
+        payload["lifecycle"] = True
+    return payload
 
 
 def _listed(stream_mode: str | Sequence[str]) -> list[str]:

@@ -8,6 +8,7 @@ queue, so ``custom`` chunks and subgraph events arrive while the step is still r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import queue
@@ -42,6 +43,13 @@ from bulksync.workers.tracing import RunCallbacks
 log = logging.getLogger(__name__)
 
 _DONE = object()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Lifecycle:
+    """A run's pause or resumption on its way to ``stream(lifecycle=...)``."""
+
+    record: dict[str, Any]
 
 
 class CompiledStateGraph(AsyncGraphMethods):
@@ -180,13 +188,17 @@ class CompiledStateGraph(AsyncGraphMethods):
         version: str = "v1",
         context: Any = None,
         control: Any = None,
+        lifecycle: Callable[[dict[str, Any]], None] | None = None,
         **kwargs: Any,
     ) -> Iterator[Any]:
         """Run and yield chunks as LangGraph frames them (see DESIGN.md §2); ``version="v2"``
         yields typed parts (``{"type", "ns", "data"}``) whatever the other arguments.
 
         ``control`` (a ``RunControl``) lets the caller, or a node through ``runtime.control``,
-        stop the run cleanly between two steps.
+        stop the run cleanly between two steps. ``lifecycle`` is called, on the caller's
+        thread and in order with the chunks, with a record of each time the run resumes or
+        pauses (``tracing.lifecycle_record``): how a service tells a remote caller's
+        lifecycle handlers.
 
         Raises:
             GraphDrained: the run stopped because ``control`` asked it to (its checkpoint is
@@ -197,7 +209,10 @@ class CompiledStateGraph(AsyncGraphMethods):
         upstream, forwarded = _caller_upstream(config)
         config, replay = self._into_subgraph(self._run_config(config))
         _check_run_arguments(self.spec, durability, interrupt_before, interrupt_after)
-        reports = RunCallbacks(config, self.name, input)  # to the config's handlers, if any
+        events: queue.Queue[Any] = queue.Queue()
+        relay = None if lifecycle is None else lambda record: events.put(_Lifecycle(record))
+        # To the config's handlers, if any, and to ``lifecycle``.
+        reports = RunCallbacks(config, self.name, input, relay)
         options = RunOptions(
             config=config,
             recursion_limit=validate_recursion_limit(config["recursion_limit"]),
@@ -212,7 +227,6 @@ class CompiledStateGraph(AsyncGraphMethods):
             step_timeout=self.step_timeout,
             on_resume=reports.on_resume(),
         )
-        events: queue.Queue[Any] = queue.Queue()
 
         def sink(ns: tuple[str, ...], mode: str, chunk: Any) -> None:
             if mode in forwarded:
@@ -257,6 +271,9 @@ class CompiledStateGraph(AsyncGraphMethods):
                     ended = True
                     reports.failed(item)
                     raise item
+                if isinstance(item, _Lifecycle):
+                    lifecycle(item.record)  # type: ignore[misc]
+                    continue
                 ns, mode, chunk = item
                 if (ns and not subgraphs) or mode not in modes:
                     continue

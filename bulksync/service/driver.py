@@ -186,6 +186,8 @@ class RunDriver:
         tracker = _Tracker(self.ctx.settings.progress_interval)
         # Asked through, not filtered here: a graph a node runs on its own thread reaches
         # this stream at its own (root) namespaces only when subgraphs are read.
+        if payload.get("lifecycle"):  # the caller has lifecycle handlers: tell it
+            options["lifecycle"] = lambda record: self._event((), runs.LIFECYCLE, record)
         chunks = iter(
             bound.stream(value, config, stream_mode=modes, subgraphs=subgraphs, **options)
         )

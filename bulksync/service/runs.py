@@ -84,6 +84,8 @@ FAILED: Final = frozenset({ERROR, CANCELLED, TIMEOUT})
 EVENT_FIELD: Final = b"d"
 END: Final = "end"
 PROGRESS: Final = "progress"
+LIFECYCLE: Final = "graph_lifecycle"
+"""Events of a run whose caller has lifecycle handlers: each pause and resumption."""
 
 KINDS: Final = ("invoke", "stream", "get_state", "get_state_history", "update_state")
 READ_KINDS: Final = ("get_state", "get_state_history")

@@ -83,8 +83,17 @@ class RunCallbacks:
     as children, ``TracedRun``) and, to ``bulksync.callbacks.GraphCallbackHandler``s, its
     pauses and resumes. Without handlers every method does nothing."""
 
-    def __init__(self, config: dict[str, Any], name: str, input: Any) -> None:
-        self.lifecycle = _lifecycle_handlers(config)
+    def __init__(
+        self,
+        config: dict[str, Any],
+        name: str,
+        input: Any,
+        relay: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.lifecycle = lifecycle_handlers(config)
+        self.relay = relay
+        """Also hears the pauses and resumes, as ``lifecycle_record``s (a service hands them
+        to a remote caller's handlers)."""
         self.traced = TracedRun.start(
             config,
             config.get("run_name") or name,
@@ -98,26 +107,26 @@ class RunCallbacks:
 
     def on_resume(self) -> Callable[[str], None] | None:
         """For ``RunOptions.on_resume``: tell lifecycle handlers the run resumed."""
-        if not self.lifecycle:
+        if not self.lifecycle and self.relay is None:
             return None
 
         def resumed(checkpoint_id: str) -> None:
-            from bulksync.callbacks import GraphResumeEvent, announce
-
-            announce(self.lifecycle, GraphResumeEvent(self.run_id, "pending", checkpoint_id, ()))
+            self._tell(lifecycle_record("resume", "pending", checkpoint_id))
 
         return resumed
 
     def paused(self, status: str, checkpoint_id: str, interrupts: Sequence[Any]) -> None:
         """The run paused (on interrupts, or a breakpoint when ``status`` says so)."""
-        if not self.lifecycle or not (interrupts or status.startswith("interrupt")):
-            return
-        from bulksync.callbacks import GraphInterruptEvent, announce
+        if interrupts or status.startswith("interrupt"):
+            # LangGraph's statuses: a breakpoint's own, "pending" for a node's interrupt.
+            shown = status if status in ("interrupt_before", "interrupt_after") else "pending"
+            self._tell(lifecycle_record("interrupt", shown, checkpoint_id, interrupts))
 
-        # LangGraph's statuses: a breakpoint's own, "pending" for a node's interrupt.
-        shown = status if status in ("interrupt_before", "interrupt_after") else "pending"
-        event = GraphInterruptEvent(self.run_id, shown, checkpoint_id, (), tuple(interrupts))  # type: ignore[arg-type]
-        announce(self.lifecycle, event)
+    def _tell(self, record: dict[str, Any]) -> None:
+        if self.relay is not None:
+            self.relay(record)
+        if self.lifecycle:
+            announce_record(self.lifecycle, record, self.run_id)
 
     def ended(self, output: Any) -> None:
         """The run finished (or paused) with ``output``."""
@@ -130,7 +139,36 @@ class RunCallbacks:
             self.traced.error(exc)
 
 
-def _lifecycle_handlers(config: Mapping[str, Any]) -> list[Any]:
+def lifecycle_record(
+    event: str, status: str, checkpoint_id: str, interrupts: Sequence[Any] = ()
+) -> dict[str, Any]:
+    """A run's pause (``event="interrupt"``) or resumption (``"resume"``) as plain data: what
+    ``announce_record`` turns into a ``bulksync.callbacks`` event, here or in a remote
+    caller's process."""
+    return {
+        "event": event,
+        "status": status,
+        "checkpoint_id": checkpoint_id,
+        "interrupts": list(interrupts),
+    }
+
+
+def announce_record(handlers: Sequence[Any], record: Mapping[str, Any], run_id: Any) -> None:
+    """Call the lifecycle ``handlers`` with the event ``record`` describes (raises what a
+    handler with ``raise_error`` raises)."""
+    from bulksync.callbacks import GraphInterruptEvent, GraphResumeEvent, announce
+
+    status, checkpoint_id = record["status"], record["checkpoint_id"]
+    event: Any
+    if record["event"] == "interrupt":
+        interrupts = tuple(record["interrupts"])
+        event = GraphInterruptEvent(run_id, status, checkpoint_id, (), interrupts)
+    else:
+        event = GraphResumeEvent(run_id, status, checkpoint_id, ())
+    announce(list(handlers), event)
+
+
+def lifecycle_handlers(config: Mapping[str, Any]) -> list[Any]:
     """The graph lifecycle handlers (``bulksync.callbacks``) among a config's callbacks.
 
     A handler can only be one if that module is loaded, so a run without them never loads

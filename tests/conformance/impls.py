@@ -186,12 +186,6 @@ _CALLBACKS_STAY_HOME = (
     "workers do not, so astream_events(version='v2') lacks their events"
 )
 
-_LIFECYCLE_ON_THE_COORDINATOR = (
-    "a RemoteGraph run pauses and resumes on the coordinator, where the caller's "
-    "GraphCallbackHandler is not (callbacks are live objects); the run's stream does not "
-    "carry lifecycle events back to the caller yet"
-)
-
 KNOWN_BUGS: dict[str, dict[str, str]] = {
     "celery": {
         "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
@@ -202,8 +196,6 @@ KNOWN_BUGS: dict[str, dict[str, str]] = {
         "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
         "namespaces_without_a_declared_subgraph": _INVOKED_ON_A_WORKER,
         "callback_events": _CALLBACKS_STAY_HOME,
-        "lifecycle_events": _LIFECYCLE_ON_THE_COORDINATOR,
-        "raising_handler": _LIFECYCLE_ON_THE_COORDINATOR,
     },
 }
 """Scenarios a flavour fails because of a bulksync bug, by flavour, each naming the bug.

@@ -91,3 +91,22 @@ def raising_handler(impl: Impl) -> Any:
 
 def test_raising_handler(conform: Conform) -> None:
     conform(raising_handler)
+
+
+def streamed_lifecycle(impl: Impl) -> Any:
+    graph = _graph(impl)
+    seen = _recorder(impl)
+    config = {"configurable": {"thread_id": "lifecycle-stream"}, "callbacks": [seen]}
+    chunks = [list(graph.stream({"answer": None}, config, stream_mode="updates"))]
+    chunks.append(list(graph.stream(impl.Command(resume="yes"), config, stream_mode="updates")))
+    strict = _recorder(impl, fail="resume", raise_error=True)
+    try:
+        list(graph.stream(None, {**config, "callbacks": [strict]}, stream_mode="updates"))
+        raised: Any = None
+    except ValueError as exc:
+        raised = str(exc)
+    return {"chunks": chunks, "events": seen.events, "raised": raised}
+
+
+def test_streamed_lifecycle(conform: Conform) -> None:
+    conform(streamed_lifecycle)
