@@ -45,6 +45,7 @@ from bulksync.service.runs import Run, RunEvent, RunStore
 from bulksync.settings import Settings, redact
 from bulksync.types import GraphOutput, StateSnapshot
 from bulksync.workers import wire
+from bulksync.workers.callback_relay import CALLBACK_EVENTS, describe, replay
 from bulksync.workers.cancel_scope import STOP_WAIT, current_scope, mark_async_caller
 from bulksync.workers.tracing import announce_record, lifecycle_handlers
 
@@ -402,13 +403,13 @@ class RemoteGraph(AsyncGraphMethods):
         if stream_mode != "values":
             return list(self.stream(input, config, stream_mode=stream_mode, version=version, **kw))
         config = merge_configs(self.config, config)
-        handlers = lifecycle_handlers(config)
-        payload = _run_payload(input, config, [], False, kw, lifecycle=bool(handlers))
+        callbacks = _CallerCallbacks(config)
+        payload = _run_payload(input, config, [], False, kw, callbacks)
         run_id = self.client.create_run(self.graph_id, "invoke", payload)
         self._cancelled_with_caller(run_id)
-        if handlers:  # the run's pauses and resumptions come on its stream
+        if callbacks:  # what the run reports to them comes on its stream
             for event in self.client.stream(run_id, timeout=self.timeout):
-                self._tell(run_id, config, handlers, event)
+                self._tell(run_id, callbacks, event)
         output = _result(self.client.wait(run_id, self.timeout))
         if version == "v2":
             part = stream_part((), "values", output)
@@ -436,7 +437,7 @@ class RemoteGraph(AsyncGraphMethods):
         check_version(version)
         modes, bare = stream_modes(stream_mode, bool(debug))
         config = merge_configs(self.config, config)
-        handlers = lifecycle_handlers(config)
+        callbacks = _CallerCallbacks(config)
         options = {
             "output_keys": output_keys,
             "interrupt_before": interrupt_before,
@@ -444,14 +445,14 @@ class RemoteGraph(AsyncGraphMethods):
             "durability": durability,
             "context": context,
         }
-        payload = _run_payload(input, config, modes, subgraphs, options, lifecycle=bool(handlers))
+        payload = _run_payload(input, config, modes, subgraphs, options, callbacks)
         run_id = self.client.create_run(self.graph_id, "stream", payload)
         self._cancelled_with_caller(run_id)
         for event in self.client.stream(run_id):
             if event.mode == runs.END:
                 break
-            if handlers:
-                self._tell(run_id, config, handlers, event)
+            if callbacks:
+                self._tell(run_id, callbacks, event)
             if event.mode not in modes:
                 continue
             if version == "v2":
@@ -462,16 +463,11 @@ class RemoteGraph(AsyncGraphMethods):
                 )
         _result(self.client.get(run_id))
 
-    def _tell(
-        self, run_id: str, config: Mapping[str, Any], handlers: list[Any], event: RunEvent
-    ) -> None:
-        """Hand a run's pause or resumption (a ``LIFECYCLE`` event) to the caller's lifecycle
-        handlers; one with ``raise_error`` that raises stops the run, as it would locally."""
-        if event.mode != runs.LIFECYCLE:
-            return
-        given = config.get("run_id")  # the caller's id for the run, else the cluster's
+    def _tell(self, run_id: str, callbacks: _CallerCallbacks, event: RunEvent) -> None:
+        """Hand the caller's handlers what the run reported to them; a lifecycle handler
+        with ``raise_error`` that raises stops the run, as it would locally."""
         try:
-            announce_record(handlers, event.chunk, given or uuid.UUID(run_id))
+            callbacks.tell(run_id, event)
         except BaseException:
             self._stop_run(run_id)
             raise
@@ -542,27 +538,54 @@ def _run_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return kept
 
 
+class _CallerCallbacks:
+    """The callback handlers in a remote run's config, which the run reports to through
+    its stream: lifecycle handlers its pauses and resumptions, LangChain handlers its own
+    and its tasks' callbacks (``callback_relay``). False when there are none."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.handlers = config.get("callbacks")
+        self.lifecycle = lifecycle_handlers(config)
+        self.trace = describe(self.handlers)
+        self.run_id = config.get("run_id")
+        """The caller's id for the run (``astream_events`` sets one), else the cluster's."""
+
+    def __bool__(self) -> bool:
+        return bool(self.lifecycle) or self.trace is not None
+
+    def asked(self) -> dict[str, Any]:
+        """What the run's payload asks the service to report."""
+        wanted: dict[str, Any] = {"trace": self.trace} if self.trace is not None else {}
+        if self.lifecycle:
+            wanted["lifecycle"] = True
+        return wanted
+
+    def tell(self, run_id: str, event: RunEvent) -> None:
+        """Hand ``event`` of run ``run_id`` to the handlers it is for, if any."""
+        own_id = self.run_id or uuid.UUID(run_id)
+        if event.mode == runs.LIFECYCLE:
+            announce_record(self.lifecycle, event.chunk, own_id)
+        elif event.mode == CALLBACK_EVENTS:
+            replay(self.handlers, event.chunk, rename={run_id: own_id})
+
+
 def _run_payload(
     input: Any,
     config: Mapping[str, Any] | None,
     modes: list[str],
     subgraphs: bool,
     options: Mapping[str, Any],
-    *,
-    lifecycle: bool = False,
+    callbacks: _CallerCallbacks | None = None,
 ) -> dict[str, Any]:
-    """The payload of an ``invoke``/``stream`` run (``lifecycle``: stream its pauses and
-    resumptions, for the caller's lifecycle handlers)."""
-    payload = {
+    """The payload of an ``invoke``/``stream`` run (with what it reports to ``callbacks``)."""
+    return {
         "input": input,
         "config": _run_config(config),
         "stream_mode": modes,
         "subgraphs": subgraphs,
         "options": dict(options),
+        **(callbacks.asked() if callbacks is not None else {}),
     }
-    if lifecycle:
-        payload["lifecycle"] = True
-    return payload
 
 
 def _listed(stream_mode: str | Sequence[str]) -> list[str]:

@@ -110,6 +110,9 @@ class StepInput:
     """``[node, error]`` by task id, for tasks whose node failed for good before (in an
     earlier attempt of this step, whose handler crashed; or a subgraph node, which the loop
     runs): their error handler runs in their place."""
+    trace: Mapping[str, Any] | None = None
+    """On a worker: the run's LangChain callback handlers, as ``callback_relay.describe``
+    gives them; its tasks report to a relay that sends their callbacks back to them."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

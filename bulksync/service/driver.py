@@ -19,6 +19,8 @@ the head's tasks: those with pending writes in Postgres or results in Redis are 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
 import logging
 import threading
 import time
@@ -41,6 +43,7 @@ from bulksync.service.runs import Run, RunStore
 from bulksync.settings import Settings
 from bulksync.types import Command
 from bulksync.workers import wire
+from bulksync.workers.callback_relay import CALLBACK_EVENTS, relay_manager
 
 log = logging.getLogger("bulksync.coordinator")
 
@@ -188,6 +191,8 @@ class RunDriver:
         # this stream at its own (root) namespaces only when subgraphs are read.
         if payload.get("lifecycle"):  # the caller has lifecycle handlers: tell it
             options["lifecycle"] = lambda record: self._event((), runs.LIFECYCLE, record)
+        if payload.get("trace") is not None:  # and LangChain handlers: relay the callbacks
+            self._relay_callbacks(config, payload["trace"])
         chunks = iter(
             bound.stream(value, config, stream_mode=modes, subgraphs=subgraphs, **options)
         )
@@ -225,6 +230,19 @@ class RunDriver:
             raise
         status = runs.INTERRUPTED if tracker.interrupted else runs.SUCCESS
         self._finish(status, output=wire.SERDE.dumps(tracker.output()))
+
+    def _relay_callbacks(self, config: dict[str, Any], trace: Mapping[str, Any]) -> None:
+        """Report the run's callbacks (and its tasks') to the caller's handlers through the
+        run's stream: a relay stands for them in the config (needs langchain-core here)."""
+        if importlib.util.find_spec("langchain_core") is None:
+            log.warning(
+                "run %s: the caller's callback handlers hear nothing of it: langchain-core "
+                "is not installed on this coordinator (pip install 'bulksync[agents]')",
+                self.run_id,
+            )
+            return
+        emit = functools.partial(self._event, (), CALLBACK_EVENTS)
+        config["callbacks"] = relay_manager(trace, emit)
 
     # -- lease, events, final status ----------------------------------------------------
 

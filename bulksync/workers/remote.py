@@ -13,12 +13,14 @@ caller may cache it per step); ``run_encoded`` does the whole round for one task
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from bulksync.context import NullResume
 from bulksync.coordinator.executor import StepInput, StepLive, StreamSink
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import GraphBubbleUp
 from bulksync.workers import wire
+from bulksync.workers.callback_relay import CALLBACK_EVENTS, relay_manager
 from bulksync.workers.execute import run_task
 from bulksync.workers.local import LocalExecutor
 
@@ -62,7 +64,12 @@ class RemoteStep:
     ) -> EncodedResult:
         """Run the task ``desc`` names on its encoded input; its encoded result."""
         task = desc.task(wire.loads_input(task_input))
-        outcome = run_task(self.spec, task, self.input, live)
+        step = self.input
+        if step.trace is not None:  # the run's callbacks: relayed to where its handlers are
+            emit = functools.partial(live.sink, step.namespace, CALLBACK_EVENTS)
+            config = {**step.config, "callbacks": relay_manager(step.trace, emit)}
+            step = dataclasses.replace(step, config=config)
+        outcome = run_task(self.spec, task, step, live)
         data, error = wire.encode_result(outcome, task.name)
         if isinstance(error, GraphBubbleUp):  # a parent command: control flow, not a failure
             return EncodedResult(data, False)

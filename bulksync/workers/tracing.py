@@ -4,10 +4,9 @@ When a run's config has LangChain callback handlers (a tracer such as LangSmith'
 one ``astream_events`` adds), the graph is one chain run named after the graph, each task
 a child chain run named after its node (tagged ``graph:step:N``, with the task's
 ``langgraph_*`` metadata), and whatever the node calls with its config — chat models,
-tools, runnables — nests under its task. Handlers are live objects: they see the tasks of
-an in-process run; a cluster's workers run theirs without them (the run itself is still
-reported by the caller's process). Nothing here imports langchain-core unless a config
-has callbacks and langchain-core is installed.
+tools, runnables — nests under its task. Handlers are live objects: a task on a worker reports to a relay
+that sends its callbacks back to them (``callback_relay.py``). Nothing here imports
+langchain-core unless a config has callbacks and langchain-core is installed.
 """
 
 from __future__ import annotations
@@ -46,10 +45,11 @@ class TracedRun:
 
         manager = CallbackManager.configure(
             inheritable_callbacks=callbacks,
-            inheritable_tags=config.get("tags"),
             local_tags=list(tags) or None,
             inheritable_metadata={**(config.get("metadata") or {}), **(metadata or {})},
         )
+        # The config's tags after the run's own, as LangGraph's tasks have them.
+        manager.add_tags(list(config.get("tags") or ()))
         for handler in extra:  # the task's stream handlers: its chat models report to them
             manager.add_handler(handler, inherit=True)
         # LangChain's chain-start payload: inputs as a dict, as runnables report theirs.

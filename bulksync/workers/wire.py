@@ -148,6 +148,8 @@ def dumps_state(step: StepInput) -> bytes:
     values = {
         key: value_bytes(value, "(step state)", key) for key, value in step.channel_values.items()
     }
+    from bulksync.workers.callback_relay import describe  # (it encodes with this module)
+
     record = [
         values,
         config,
@@ -160,6 +162,7 @@ def dumps_state(step: StepInput) -> bytes:
         step.context,
         dict(step.returns),
         dict(step.node_errors),
+        describe(step.config.get("callbacks")),
     ]
     parts = [("(run config)", key, value) for key, value in config.items()]
     parts.append(("(run context)", "context", step.context))
@@ -224,6 +227,7 @@ def loads_state(data: bytes) -> StepInput:
         rest[0] if rest else None,
         rest[1] if len(rest) > 1 else {},
         rest[2] if len(rest) > 2 else {},
+        rest[3] if len(rest) > 3 else None,
     )
 
 

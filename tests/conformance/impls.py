@@ -180,22 +180,14 @@ _INVOKED_ON_A_WORKER = (
     "resumes right all the same"
 )
 
-_CALLBACKS_STAY_HOME = (
-    "LangChain callback handlers are live objects of the caller's process: on a cluster the "
-    "graph's own run reports to them, its tasks (and the chat models they call) on the "
-    "workers do not, so astream_events(version='v2') lacks their events"
-)
-
 KNOWN_BUGS: dict[str, dict[str, str]] = {
     "celery": {
         "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
         "namespaces_without_a_declared_subgraph": _INVOKED_ON_A_WORKER,
-        "callback_events": _CALLBACKS_STAY_HOME,
     },
     "remote": {
         "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
         "namespaces_without_a_declared_subgraph": _INVOKED_ON_A_WORKER,
-        "callback_events": _CALLBACKS_STAY_HOME,
     },
 }
 """Scenarios a flavour fails because of a bulksync bug, by flavour, each naming the bug.

@@ -14,8 +14,10 @@ import operator
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
 
 from .harness import Conform
 from .impls import Impl
@@ -273,3 +275,74 @@ def callback_events(impl: Impl) -> Any:
 
 def test_callback_events(conform: Conform) -> None:
     conform(callback_events)
+
+
+class _Tracer(BaseCallbackHandler):
+    """A tracer as LangSmith's is: runs with their parents, names, tags, outputs, errors."""
+
+    def __init__(self) -> None:
+        self.depth: dict[Any, int] = {}
+        self.runs: list[Any] = []
+
+    def _start(self, kind: str, name: Any, kw: dict[str, Any]) -> None:
+        run_id = kw["run_id"]
+        self.depth[run_id] = self.depth.get(kw.get("parent_run_id"), -1) + 1
+        self.runs.append(("start", kind, name, self.depth[run_id], kw.get("tags")))
+
+    def on_chain_start(self, serialized: Any, inputs: Any, **kw: Any) -> None:
+        self._start("chain", kw.get("name"), kw)
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, **kw: Any) -> None:
+        self._start("chat_model", (serialized or {}).get("name"), kw)
+
+    def on_tool_start(self, serialized: Any, input_str: Any, **kw: Any) -> None:
+        self._start("tool", (serialized or {}).get("name"), kw)
+
+    def on_chain_end(self, outputs: Any, *, run_id: Any, **kw: Any) -> None:
+        self.runs.append(("end", "chain", self.depth[run_id], outputs))
+
+    def on_llm_end(self, response: Any, *, run_id: Any, **kw: Any) -> None:
+        self.runs.append(("end", "llm", self.depth[run_id], response.generations[0][0].text))
+
+    def on_tool_end(self, output: Any, *, run_id: Any, **kw: Any) -> None:
+        self.runs.append(("end", "tool", self.depth[run_id], output))
+
+    def on_chain_error(self, error: BaseException, *, run_id: Any, **kw: Any) -> None:
+        self.runs.append(("error", "chain", self.depth[run_id], type(error).__name__, str(error)))
+
+
+def traced_invoke(impl: Impl) -> Any:
+    """A tracer in ``invoke``'s callbacks hears the graph, each task, and the chat models
+    and tools its nodes call (non-streaming: nothing in the config follows streams), and
+    a node's failure; in each flavour, wherever the tasks run."""
+    model = GenericFakeChatModel(messages=iter(["plain answer", "again"]))
+
+    @tool
+    def shout(text: str) -> str:
+        """Say it louder."""
+        return text.upper()
+
+    def ask(state: Any) -> dict[str, Any]:
+        reply = model.invoke(state["messages"])
+        return {"messages": [reply, AIMessage(shout.invoke({"text": "hi"}), id="shout")]}
+
+    def fail(state: Any) -> dict[str, Any]:
+        raise ValueError("fail broke")
+
+    b = impl.StateGraph(impl.MessagesState)
+    b.add_node("ask", ask)
+    b.add_edge(impl.START, "ask")
+    tracer = _Tracer()
+    answer = impl.compile(b).invoke({"messages": "go"}, {"callbacks": [tracer]})
+    b.add_node("fail", fail)
+    b.add_edge("ask", "fail")
+    failing = _Tracer()
+    try:
+        impl.compile(b).invoke({"messages": "go"}, {"callbacks": [failing], "tags": ["mine"]})
+    except ValueError as exc:
+        raised = str(exc)
+    return {"answer": answer, "runs": tracer.runs, "failing": failing.runs, "raised": raised}
+
+
+def test_traced_invoke(conform: Conform) -> None:
+    conform(traced_invoke)

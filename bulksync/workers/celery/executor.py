@@ -53,6 +53,7 @@ from bulksync.errors import (
 from bulksync.retry import is_transient_redis, redis_client, retry
 from bulksync.settings import Settings
 from bulksync.workers import wire
+from bulksync.workers.callback_relay import CALLBACK_EVENTS, replay
 from bulksync.workers.cancel_scope import STOP_WAIT
 from bulksync.workers.celery.app import make_app
 from bulksync.workers.celery.claims import ClaimWatch, Survey, forget
@@ -443,7 +444,11 @@ class CeleryStep:
         elif kind == wire.STARTED:
             self._started(data.decode())
         elif kind == wire.EVENT:
-            self.live.sink(*wire.loads_event(data))
+            namespace, mode, chunk = wire.loads_event(data)
+            if mode == CALLBACK_EVENTS:  # a task's callback, for the run's handlers
+                replay(self.step.config.get("callbacks"), chunk)
+            else:
+                self.live.sink(namespace, mode, chunk)
         elif kind == wire.CANCEL:
             self._stop()  # the gatherer does not wait: it serves every step
 
