@@ -77,6 +77,11 @@ def inbox(step_key: str) -> str:
     return f"{PREFIX}:inbox:{step_key}"
 
 
+def reply(request_id: str) -> str:
+    """Where the coordinator answers a worker's request (a checkpoint read)."""
+    return f"{PREFIX}:reply:{request_id}"
+
+
 def result(slot: str) -> str:
     """The first result recorded for a task run with given resume answers (``wire.slot``)."""
     return f"{PREFIX}:result:{slot}"

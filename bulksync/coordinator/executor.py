@@ -113,6 +113,8 @@ class StepInput:
     trace: Mapping[str, Any] | None = None
     """On a worker: the run's LangChain callback handlers, as ``callback_relay.describe``
     gives them; its tasks report to a relay that sends their callbacks back to them."""
+    checkpointed: bool = False
+    """Whether the run has a saver: graphs its tasks invoke checkpoint through it."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -472,6 +472,7 @@ class SuperstepLoop:
             context=self.options.context,
             returns={tid: v for tid, chan, v in self.ledger.pending if chan == RETURN},
             node_errors={tid: v for tid, chan, v in self.ledger.pending if chan == NODE_ERROR},
+            checkpointed=self.saver is not None,
         )
 
     def _record(self, task: Task, result: TaskResult, cached: bool = False) -> BaseException | None:

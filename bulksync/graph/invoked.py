@@ -3,7 +3,8 @@
 ``get_state(subgraphs=True)`` shows the state of a graph a node invokes inside its function
 (``sub.invoke(...)``), as LangGraph does; the node names no subgraph, so the graph is found
 where the function can reach it: its closure cells and the globals its code names (nested
-functions' code included). Only a function that reaches exactly one compiled graph counts.
+functions' code included), or a wrapper of one (its ``__wrapped__``). Only a function that
+reaches exactly one compiled graph counts.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ def invoked_graph(action: Any) -> Any:
         func = func.__func__
     if not isinstance(func, types.FunctionType):
         return None
-    found = {id(g): g for g in _reachable(func) if isinstance(getattr(g, "spec", None), GraphSpec)}
+    # A wrapper standing for a graph names it as ``__wrapped__`` (``functools.wraps``' rule).
+    reached = (getattr(g, "__wrapped__", g) for g in _reachable(func))
+    found = {id(g): g for g in reached if isinstance(getattr(g, "spec", None), GraphSpec)}
     return next(iter(found.values())) if len(found) == 1 else None
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from bulksync.checkpoint.base import CheckpointSaver
 from bulksync.context import NullResume
 from bulksync.coordinator.executor import StepInput, StepLive, StreamSink
 from bulksync.coordinator.spec import GraphSpec
@@ -44,17 +45,18 @@ class RemoteStep:
         self.spec = spec
         self.input: StepInput = wire.loads_state(data)
 
-    def live(self, sink: StreamSink) -> StepLive:
+    def live(self, sink: StreamSink, saver: CheckpointSaver | None = None) -> StepLive:
         """What the tasks of one delivery share that cannot travel.
 
-        A graph invoked inside a node runs on this worker's threads and streams to ``sink``.
-        It has no saver: checkpoints stay with the coordinator, so such a graph checkpoints
-        only if it was compiled with a checkpointer of its own.
+        A graph invoked inside a node runs on this worker's threads and streams to ``sink``;
+        it checkpoints through ``saver`` (the transport's link to the coordinator's saver)
+        when the run has one.
         """
         return StepLive(
             sink,
             NullResume(self.input.null_resume),
             LocalExecutor(),
+            saver if self.input.checkpointed else None,
             store=self.spec.store,
             cache=self.spec.cache,
         )

@@ -4,9 +4,9 @@ When a run's config has LangChain callback handlers (a tracer such as LangSmith'
 one ``astream_events`` adds), the graph is one chain run named after the graph, each task
 a child chain run named after its node (tagged ``graph:step:N``, with the task's
 ``langgraph_*`` metadata), and whatever the node calls with its config — chat models,
-tools, runnables — nests under its task. Handlers are live objects: a task on a worker reports to a relay
-that sends its callbacks back to them (``callback_relay.py``). Nothing here imports
-langchain-core unless a config has callbacks and langchain-core is installed.
+tools, runnables — nests under its task. Handlers are live objects: a task on a worker
+reports to a relay that sends its callbacks back to them (``callback_relay.py``). Nothing
+here imports langchain-core unless a config has callbacks and langchain-core is installed.
 """
 
 from __future__ import annotations

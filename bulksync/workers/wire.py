@@ -62,8 +62,11 @@ RESULT = b"r"
 EVENT = b"e"
 STARTED = b"s"
 CANCEL = b"c"
+SAVE = b"w"
+QUERY = b"q"
 """First byte of an inbox entry: a task result, a custom stream event, a task a worker
-started (sent for nodes with a timeout), or a cancel request."""
+started (sent for nodes with a timeout), a cancel request, or a checkpoint write or read of
+a graph a task invoked (``celery/coordinator_saver.py``)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -163,6 +166,7 @@ def dumps_state(step: StepInput) -> bytes:
         dict(step.returns),
         dict(step.node_errors),
         describe(step.config.get("callbacks")),
+        step.checkpointed,
     ]
     parts = [("(run config)", key, value) for key, value in config.items()]
     parts.append(("(run context)", "context", step.context))
@@ -228,6 +232,7 @@ def loads_state(data: bytes) -> StepInput:
         rest[1] if len(rest) > 1 else {},
         rest[2] if len(rest) > 2 else {},
         rest[3] if len(rest) > 3 else None,
+        bool(rest[4]) if len(rest) > 4 else False,
     )
 
 

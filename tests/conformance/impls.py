@@ -174,22 +174,7 @@ Only differences inherent to the way the flavour runs graphs belong here; the co
 these scenarios on that flavour, naming the reason. A bulksync bug goes to `KNOWN_BUGS`.
 """
 
-_INVOKED_ON_A_WORKER = (
-    "a graph invoked inside a node that runs on a worker keeps no checkpoints (they stay with "
-    "the coordinator), so get_state(subgraphs=True) cannot show its paused state; the run "
-    "resumes right all the same"
-)
-
-KNOWN_BUGS: dict[str, dict[str, str]] = {
-    "celery": {
-        "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
-        "namespaces_without_a_declared_subgraph": _INVOKED_ON_A_WORKER,
-    },
-    "remote": {
-        "state_of_a_graph_invoked_in_a_node": _INVOKED_ON_A_WORKER,
-        "namespaces_without_a_declared_subgraph": _INVOKED_ON_A_WORKER,
-    },
-}
+KNOWN_BUGS: dict[str, dict[str, str]] = {"celery": {}, "remote": {}}
 """Scenarios a flavour fails because of a bulksync bug, by flavour, each naming the bug.
 
 The conftest reports them as expected failures on that flavour, and fails them once they

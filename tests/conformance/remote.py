@@ -119,6 +119,7 @@ class RemoteHandle(AsyncGraphMethods):
     def __init__(self, service: RemoteService, local: Any) -> None:
         self.service = service
         self.local = local
+        self.__wrapped__ = local  # the graph a node's code reaches through this handle
         self._remote: RemoteGraph | None = None
 
     @property

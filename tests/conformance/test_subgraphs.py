@@ -579,6 +579,48 @@ def test_state_of_a_graph_invoked_in_a_node(conform: Conform) -> None:
     conform(state_of_a_graph_invoked_in_a_node)
 
 
+def invoked_graph_resumes_where_it_paused(impl: Impl) -> Any:
+    """A graph a node invokes checkpoints with the run's saver wherever the node runs: on
+    resume its steps before the interrupt do not run again, its history is kept, and its
+    update through the parent's namespace lands."""
+    ran: list[str] = []
+
+    def prepare(state: Child) -> dict[str, Any]:
+        ran.append("prepare")
+        return {"log": ["prepared"]}
+
+    def ask(state: Child) -> dict[str, Any]:
+        ran.append("ask")
+        return {"log": [f"answer:{impl.interrupt('why?')}"]}
+
+    cb = impl.StateGraph(Child)
+    cb.add_node("prepare", prepare)
+    cb.add_node("ask", ask)
+    cb.add_edge(impl.START, "prepare")
+    cb.add_edge("prepare", "ask")
+    sub = impl.compile(cb)
+
+    def calls_it(state: Parent) -> dict[str, Any]:
+        result = sub.invoke({"log": [], "topic": state["topic"]})
+        return {"log": result["log"]}
+
+    b = impl.StateGraph(Parent)
+    b.add_node("calls_it", calls_it)
+    b.add_edge(impl.START, "calls_it")
+    graph = impl.compile(b, checkpointer=impl.saver())
+    thread = _cfg("invoked-resumes")
+    graph.invoke({"log": [], "topic": "t"}, thread)
+    paused = list(ran)
+    child = graph.get_state(thread, subgraphs=True).tasks[0].state
+    history = [s.next for s in graph.get_state_history(child.config)]
+    done = graph.invoke(impl.Command(resume="because"), thread)
+    return {"paused": paused, "ran": ran, "history": history, "done": done}
+
+
+def test_invoked_graph_resumes_where_it_paused(conform: Conform) -> None:
+    conform(invoked_graph_resumes_where_it_paused)
+
+
 def time_travel_to_a_subgraph_checkpoint(impl: Impl) -> Any:
     """Invoking the parent with a subgraph's own checkpoint (from ``get_state(subgraphs=True)``)
     goes on from exactly there: the question asked at that checkpoint is asked again, steps

@@ -57,6 +57,7 @@ from bulksync.workers.callback_relay import CALLBACK_EVENTS, replay
 from bulksync.workers.cancel_scope import STOP_WAIT
 from bulksync.workers.celery.app import make_app
 from bulksync.workers.celery.claims import ClaimWatch, Survey, forget
+from bulksync.workers.celery.coordinator_saver import serve
 from bulksync.workers.celery.gatherer import Gatherer
 from bulksync.workers.celery.node_task import MESSAGE_HEADER
 from bulksync.workers.celery.progress import progress_chunk, waiting_queues
@@ -451,6 +452,11 @@ class CeleryStep:
                 self.live.sink(namespace, mode, chunk)
         elif kind == wire.CANCEL:
             self._stop()  # the gatherer does not wait: it serves every step
+        elif kind in (wire.SAVE, wire.QUERY):  # a graph a task invoked, checkpointing
+            try:
+                serve(self.live.saver, self.ex.redis, kind, data)
+            except Exception:  # the task goes on; its invoked graph's checkpoint is lost
+                log.exception("step %s: could not store a checkpoint of an invoked graph", self.key)
 
     def _deliver(self, result: TaskResult) -> None:
         with self._lock:

@@ -37,6 +37,7 @@ from bulksync.retry import is_transient_redis, retry
 from bulksync.settings import Settings
 from bulksync.workers import wire
 from bulksync.workers.celery import claims
+from bulksync.workers.celery.coordinator_saver import CoordinatorSaver
 from bulksync.workers.celery.stopper import TaskStopper
 from bulksync.workers.registry import GraphRegistry, task_name, walk_specs
 from bulksync.workers.remote import RemoteStep
@@ -123,7 +124,7 @@ class WorkerRuntime:
             event = wire.EVENT + wire.dumps_event(namespace, mode, chunk)
             r.rpush(keys.inbox(step_key), event)
 
-        live = step.live(sink)
+        live = step.live(sink, CoordinatorSaver(r, step_key))
         ran = 0
         failed: list[tuple[wire.TaskDescriptor, BaseException]] = []
         for desc, data, result in zip(descs, fields[1:], known, strict=True):
