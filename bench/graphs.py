@@ -1,12 +1,14 @@
 """The graphs the benchmark runs, built by the same code on bulksync and on LangGraph.
 
-``bulksync worker --graph bench.graphs`` loads this module's two compiled graphs:
+``bulksync worker --graph bench.graphs`` loads this module's compiled graphs:
 
 - ``fanout``: ``START`` sends ``Send("work", {"i": i})`` for ``i < n``; each ``work`` task
   returns ``{"out": [i]}``, concatenated by ``operator.add`` in Send order, so a correct run
   ends with ``out == list(range(n))``;
 - ``loop``: one node ``tick`` adds 1 to ``i`` and loops on itself through a conditional edge
-  until ``i == n``: ``n`` sequential supersteps with a tiny state.
+  until ``i == n``: ``n`` sequential supersteps with a tiny state;
+- ``io_fanout`` and ``aio_fanout``: the fan-out of tasks that wait (``time.sleep`` in a sync
+  node, ``asyncio.sleep`` in an async one), the shape of model and tool calls.
 
 The module also defines the raw Celery baseline task, ``bench.raw_celery`` (one ``RPUSH`` per
 task). ``bulksync worker`` imports only ``--graph`` modules and builds its Celery app after
@@ -18,8 +20,10 @@ baseline.
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import os
+import time
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, TypedDict
 
@@ -130,8 +134,55 @@ def loop_config(steps: int, thread_id: str | None = None) -> dict[str, Any]:
     return config
 
 
+class WaitState(TypedDict):
+    """``n`` tasks that each wait ``wait`` seconds; ``out`` gathers their indexes."""
+
+    n: int
+    wait: float
+    out: Annotated[list[int], operator.add]
+
+
+class WaitItem(TypedDict):
+    """What one ``Send`` hands to one waiting task."""
+
+    i: int
+    wait: float
+
+
+def wait(item: WaitItem) -> dict[str, Any]:
+    """An IO-bound task as a tool or model call is: it waits (blocking), then answers."""
+    time.sleep(item["wait"])
+    return {"out": [item["i"]]}
+
+
+async def await_(item: WaitItem) -> dict[str, Any]:
+    """The same as an async node: it awaits, then answers."""
+    await asyncio.sleep(item["wait"])
+    return {"out": [item["i"]]}
+
+
+def waiting_builder(api: Api, node: Any) -> Any:
+    """``START`` → ``n`` Sends to ``node`` (``wait`` or ``await_``) → ``END``, uncompiled."""
+
+    def spread(state: WaitState) -> list[Any]:
+        return [api.Send("work", {"i": i, "wait": state["wait"]}) for i in range(state["n"])]
+
+    builder = api.StateGraph(WaitState)
+    builder.add_node("work", node)
+    builder.add_conditional_edges(api.START, spread, ["work"])
+    builder.add_edge("work", api.END)
+    return builder
+
+
+def waiting_input(n: int, seconds: float) -> dict[str, Any]:
+    """The waiting fan-out's input: ``n`` tasks of ``seconds`` each."""
+    return {"n": n, "wait": seconds, "out": []}
+
+
 fanout = fanout_builder(BULKSYNC).compile()
 loop = loop_builder(BULKSYNC).compile()
+io_fanout = waiting_builder(BULKSYNC, wait).compile()
+aio_fanout = waiting_builder(BULKSYNC, await_).compile()
 
 _clients: dict[int, redis.Redis] = {}
 

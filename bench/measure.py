@@ -6,6 +6,7 @@ wrong result is not a result.
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
 import uuid
@@ -60,12 +61,21 @@ def compare(runs: dict[str, Callable[[], None]], reps: int, warmup: int = 1) -> 
 # -- fan-out ----------------------------------------------------------------------------
 
 
-def graph_fanout(graph: Any, n: int) -> Callable[[], None]:
-    """One invoke of a fan-out graph (bulksync or LangGraph), checked for Send order."""
+def graph_fanout(
+    graph: Any,
+    n: int,
+    given: dict[str, Any] | None = None,
+    *,
+    config: dict[str, Any] | None = None,
+    awaited: bool = False,
+) -> Callable[[], None]:
+    """One invoke of a fan-out graph (bulksync or LangGraph), checked for Send order; its
+    input ``given`` (default: the trivial fan-out's), ``awaited``: through ``ainvoke``."""
     want = list(range(n))
+    value = graphs.fanout_input(n) if given is None else given
 
     def run() -> None:
-        out = graph.invoke(graphs.fanout_input(n))
+        out = asyncio.run(graph.ainvoke(value, config)) if awaited else graph.invoke(value, config)
         if out["out"] != want:
             raise BenchError(f"fan-out of {n} returned {len(out['out'])} results, out of order")
 

@@ -8,12 +8,16 @@ measures, interleaving the contenders round by round:
    in-process LangGraph (default settings, no checkpointer);
 2. the per-step time of a ``--steps``-step sequential graph through bulksync (attached
    ``CeleryExecutor`` + bulksync ``PostgresSaver``, a durable commit each step) vs LangGraph
-   with its ``PostgresSaver``, each saver in a fresh schema and each run on a fresh thread.
+   with its ``PostgresSaver``, each saver in a fresh schema and each run on a fresh thread;
+3. an ``--io``-way fan-out of tasks that wait ``--io-wait`` seconds (sync and async nodes)
+   on ``--workers`` thread-pool workers of their own (``--io-concurrency`` threads each) vs
+   in-process LangGraph (defaults, ``max_concurrency=100``, and async) and the physical
+   limit of one task per pool thread.
 
 It prints the command to reproduce, the machine, every figure and the ratios, and stops the
 workers at the end, on errors and on Ctrl-C. Service URLs come from ``BULKSYNC_*`` variables
-(the database defaults to the local ``test`` database). A ``--fanout 0`` or ``--steps 0``
-skips that part.
+(the database defaults to the local ``test`` database). A ``--fanout 0``, ``--steps 0`` or
+``--io 0`` skips that part.
 """
 
 from __future__ import annotations
@@ -58,6 +62,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=count, default=2, help="worker processes (default 2)")
     parser.add_argument("--repeat", type=count, default=5, help="timed runs each (default 5)")
     parser.add_argument("--warmup", type=count, default=1, help="untimed runs each (default 1)")
+    parser.add_argument(
+        "--io", type=count, default=1000, help="Send tasks that wait, part 3 (default 1000)"
+    )
+    parser.add_argument(
+        "--io-wait", type=float, default=0.05, help="seconds each waits (default 0.05)"
+    )
+    parser.add_argument(
+        "--io-concurrency",
+        type=count,
+        default=50,
+        help="threads of each part-3 worker, --pool threads (default 50)",
+    )
     args = parser.parse_args(argv)
     if args.workers < 1 or args.repeat < 1:
         parser.error("--workers and --repeat must be at least 1")
@@ -81,6 +97,7 @@ def reproduce(args: argparse.Namespace) -> str:
     ]
     flags = ["--fanout", args.fanout, "--steps", args.steps, "--workers", args.workers]
     flags += ["--repeat", args.repeat, "--warmup", args.warmup]
+    flags += ["--io", args.io, "--io-wait", args.io_wait, "--io-concurrency", args.io_concurrency]
     return " ".join([*env, "python -m bench.run", *map(str, flags)])
 
 
@@ -157,6 +174,55 @@ def run_fanout(args: argparse.Namespace, settings: Settings, app: Any) -> dict[s
     print("  ratios of medians (time; lower is better for bulksync):")
     ratio("bulksync / LangGraph in-process", bs, lg, "DESIGN §8 target at 10,000: <= 1.00")
     ratio("bulksync / raw Celery group", bs, raw, "DESIGN §8 target at 10,000: <= 0.33")
+    return timings
+
+
+def run_waiting(args: argparse.Namespace, settings: Settings, app: Any) -> dict[str, Timing]:
+    """Part 3: a fan-out of tasks that wait (model and tool calls), sync and async nodes,
+    on thread-pool workers of their own."""
+    from bulksync.workers.celery.executor import CeleryExecutor
+
+    n, seconds, threads = args.io, args.io_wait, args.io_concurrency
+    limit = n * seconds / (args.workers * threads)
+    given = graphs.waiting_input(n, seconds)
+    lg = graphs.langgraph_api()
+    lg_sync = graphs.waiting_builder(lg, graphs.wait).compile()
+    lg_async = graphs.waiting_builder(lg, graphs.await_).compile()
+    sync_ex = CeleryExecutor(settings, "bench.graphs:io_fanout", graphs.io_fanout, app=app)
+    async_ex = CeleryExecutor(settings, "bench.graphs:aio_fanout", graphs.aio_fanout, app=app)
+    print(
+        f"\n3. fan-out of {n} Send tasks that each wait {seconds * 1000:g} ms: wall time of one "
+        f"run, median of {args.repeat}"
+    )
+    print(
+        f"   ({args.workers} workers x --pool threads --concurrency {threads}; the physical "
+        f"limit of one task per pool thread: {n} x {seconds:g} s / {args.workers * threads} "
+        f"= {limit:.3f} s)"
+    )
+    timings = compare(
+        {
+            "bulksync, sync nodes (time.sleep)": graph_fanout(
+                graphs.io_fanout.with_executor(sync_ex), n, given
+            ),
+            "bulksync, async nodes (asyncio.sleep)": graph_fanout(
+                graphs.aio_fanout.with_executor(async_ex), n, given
+            ),
+            "LangGraph in-process, defaults (sync nodes)": graph_fanout(lg_sync, n, given),
+            "LangGraph in-process, max_concurrency=100": graph_fanout(
+                lg_sync, n, given, config={"max_concurrency": 100}
+            ),
+            "LangGraph in-process async (ainvoke)": graph_fanout(lg_async, n, given, awaited=True),
+        },
+        args.repeat,
+        args.warmup,
+    )
+    show(timings)
+    bs_sync, bs_async, _, lg_tuned, lg_aio = timings.values()
+    bound = Timing("limit", [limit])
+    print("  ratios of medians (time; lower is better for bulksync):")
+    ratio("bulksync sync / physical limit", bs_sync, bound, "issue 10 target: <= 1.15")
+    ratio("bulksync sync / LangGraph max_concurrency=100", bs_sync, lg_tuned, "target: <= 0.67")
+    ratio("bulksync async / LangGraph async", bs_async, lg_aio, "target: < 1.00")
     return timings
 
 
@@ -282,6 +348,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 run_fanout(args, settings, app)
             if args.steps:
                 run_sequential(args, settings, app)
+        if args.io:
+            waiting = dataclasses.replace(settings, queue=f"{settings.queue}-io")
+            io_workers = Workers(
+                waiting, app, args.workers, concurrency=args.io_concurrency, pool="threads"
+            )
+            try:
+                with io_workers:
+                    print(f"\nworkers for part 3: {io_workers.describe()}")
+                    run_waiting(args, waiting, app)
+            finally:
+                delete_queue(app, waiting.queue)
     except WorkerStartError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 2

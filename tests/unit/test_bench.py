@@ -5,6 +5,7 @@ The benchmark itself (``python -m bench.run``) starts workers and is never run b
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -36,11 +37,22 @@ def test_loop_graph_gives_langgraphs_answer(langgraph: graphs.Api) -> None:
     assert out == theirs.invoke(graphs.loop_input(steps), config) == {"i": steps, "n": steps}
 
 
+@pytest.mark.parametrize("node", [graphs.wait, graphs.await_], ids=["sync", "async"])
+def test_waiting_graph_gives_langgraphs_answer(langgraph: graphs.Api, node: Any) -> None:
+    ours = graphs.waiting_builder(graphs.BULKSYNC, node).compile()
+    theirs = graphs.waiting_builder(langgraph, node).compile()
+    given = graphs.waiting_input(5, 0.001)
+    out = asyncio.run(ours.ainvoke(given))
+    assert out == asyncio.run(theirs.ainvoke(given))
+    assert out["out"] == list(range(5))
+
+
 def test_module_graphs_are_what_workers_load() -> None:
     from bulksync.workers.registry import GraphRegistry
 
     registry = GraphRegistry()
-    assert registry.load("bench.graphs") == ["bench.graphs:fanout", "bench.graphs:loop"]
+    loaded = ["aio_fanout", "fanout", "io_fanout", "loop"]
+    assert registry.load("bench.graphs") == [f"bench.graphs:{name}" for name in loaded]
 
 
 def test_measured_runs_check_their_answers() -> None:
@@ -67,6 +79,8 @@ def test_command_line_defaults_and_reproduction() -> None:
     args = run.parse_args([])
     assert (args.fanout, args.steps, args.workers, args.repeat) == (1000, 100, 2, 5)
     assert "python -m bench.run --fanout 1000 --steps 100 --workers 2" in run.reproduce(args)
+    assert (args.io, args.io_wait, args.io_concurrency) == (1000, 0.05, 50)
+    assert "--io 1000 --io-wait 0.05 --io-concurrency 50" in run.reproduce(args)
     with pytest.raises(SystemExit):
         run.parse_args(["--workers", "0"])
 
