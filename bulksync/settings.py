@@ -306,7 +306,8 @@ class Settings:
     # -- worker: runs node tasks -----------------------------------------------------------
     concurrency: int | None = setting(
         group="worker",
-        doc="node tasks one worker runs at once (its pool size)",
+        doc="messages of node tasks one worker runs at once (its pool size; the tasks of "
+        "one message may run at once too: --task-threads)",
         unit="tasks",
         shown="the number of CPUs",
     )
@@ -315,6 +316,20 @@ class Settings:
         group="worker",
         doc="step states a worker process keeps decoded for the step's next tasks",
         unit="step states",
+    )
+    task_threads: int = setting(
+        64,
+        group="worker",
+        doc="threads of a worker process that run the tasks of its messages at once (async "
+        "ones, and sync ones once one of them took --parallel-after); 1 runs them one by one",
+        unit="threads",
+    )
+    parallel_after: float = setting(
+        0.005,
+        group="worker",
+        doc="how long a sync task of a message may take before the message's other tasks "
+        "run at once rather than one by one",
+        unit="seconds",
     )
 
     def __post_init__(self) -> None:

@@ -8,10 +8,16 @@ the part any transport shares), and records the result with one atomic script: t
 result for a task id is kept, and whichever delivery arrives reports *that* result to the
 step's inbox. A task that already has a result is not run again, and a task runs only under
 its claim (``claims.py``): a second delivery of a task a live worker runs leaves it be.
+
+The tasks of one message run at once when they wait (model and tool calls): async ones on the
+process's event loop, sync ones on its task threads once the first of them turned out slow;
+quick sync tasks run one by one, which is cheapest (``WorkerRuntime._run_tasks``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import os
 import threading
@@ -77,6 +83,8 @@ class WorkerRuntime:
         self._states: OrderedDict[str, RemoteStep] = OrderedDict()
         self._claims: dict[int, claims.ClaimKeeper] = {}
         self._stoppers: dict[int, TaskStopper] = {}
+        self._pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+        self._loops: dict[int, asyncio.AbstractEventLoop] = {}
         self._lock = threading.Lock()
 
     def redis(self) -> redis.Redis:
@@ -125,31 +133,107 @@ class WorkerRuntime:
             r.rpush(keys.inbox(step_key), event)
 
         live = step.live(sink, CoordinatorSaver(r, step_key))
-        ran = 0
-        failed: list[tuple[wire.TaskDescriptor, BaseException]] = []
+        todo = []
         for desc, data, result in zip(descs, fields[1:], known, strict=True):
-            if result is not None:
+            if result is None:
+                todo.append((desc, data))
+            else:
                 self.record(step_key, desc.slot, result)
-                continue
+
+        def run_one(desc: wire.TaskDescriptor, data: bytes | None) -> Any:
+            """Run one task under its claim; its error (or None), or a verdict not to."""
             verdict = self.claims().claim(desc.slot, run_id)
             if verdict == claims.CANCELLED:
-                break  # cancelled mid-batch: the rest of the batch is not run
+                return _CANCELLED
             if verdict <= 0:
                 self._unclaimed(step_key, desc, verdict)
-                continue
-            with self.claims().held(desc.slot), self.stopper().running(step_key, run_id):
+                return _SKIPPED
+            home = self.event_loop() if is_async else None
+            with self.claims().held(desc.slot), self.stopper().running(step_key, run_id, home):
                 if timeout:  # the coordinator's clock for this task starts now
                     self._report_started(step_key, desc.id)
                 began = time.monotonic()
                 outcome = step.run(desc, data, live)
                 self.record(step_key, desc.slot, outcome.data, keep=outcome.keep)
+            return outcome.error or _overtime(desc, timeout, time.monotonic() - began)
+
+        is_async = bool(todo) and spec.nodes[todo[0][0].node].is_async
+        ran = 0
+        failed: list[tuple[wire.TaskDescriptor, BaseException]] = []
+        for (desc, _), error in self._run_tasks(todo, run_one, at_once=is_async):
+            if error is _SKIPPED:
+                continue
             ran += 1
-            error = outcome.error or _overtime(desc, timeout, time.monotonic() - began)
             if error is not None and not isinstance(error, TaskCancelledError):
                 failed.append((desc, error))  # (a cancelled task was stopped on purpose)
         if failed:  # every result is recorded: now Celery (and Flower) may see a FAILURE
             raise _failure(run_id, _thread_of(step), len(descs), failed) from failed[0][1]
         return ran
+
+    def _run_tasks(
+        self, todo: list[Any], run_one: Callable[..., Any], *, at_once: bool
+    ) -> list[tuple[Any, Any]]:
+        """``(task, run_one's answer)`` for the tasks of one message, in their order.
+
+        Async tasks run at once (on this process's event loop, a thread of the task pool
+        waiting for each); sync ones one by one while they are quick, the rest at once on the
+        task pool as soon as one took ``parallel_after`` (the tasks of one message are of one
+        node: alike). The pool's ``task_threads`` serve every message of the process. Tasks
+        not started when one was cancelled are not run.
+        """
+        done: list[tuple[Any, Any]] = []
+        left = list(todo)
+        threads = self.settings.task_threads
+        while left and not (at_once and threads > 1):
+            began = time.monotonic()
+            task = left.pop(0)
+            answer = run_one(*task)
+            if answer is _CANCELLED:
+                return done
+            done.append((task, answer))
+            if threads > 1 and time.monotonic() - began >= self.settings.parallel_after:
+                break  # slow: the others run at once
+        if not left:
+            return done
+        pool = self.task_pool()
+        answers = [pool.submit(run_one, *task) for task in left]
+        for task, future in zip(left, answers, strict=True):
+            answer = future.result()
+            if answer is not _CANCELLED:
+                done.append((task, answer))
+        return done
+
+    def task_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        """This process's threads for running a message's tasks at once (never a parent's)."""
+        pid = os.getpid()
+        pool = self._pools.get(pid)
+        if pool is None:
+            with self._lock:
+                pool = self._pools.get(pid)
+                if pool is None:
+                    pool = concurrent.futures.ThreadPoolExecutor(
+                        self.settings.task_threads, thread_name_prefix="bulksync-task"
+                    )
+                    self._pools = {pid: pool}
+        return pool
+
+    def event_loop(self) -> asyncio.AbstractEventLoop:
+        """This process's event loop for async nodes, on a thread of its own (started on
+        first use; never a parent's): the async tasks of every message run there together."""
+        pid = os.getpid()
+        loop = self._loops.get(pid)
+        if loop is None:
+            with self._lock:
+                loop = self._loops.get(pid)
+                if loop is None:
+                    loop = asyncio.new_event_loop()
+                    started = threading.Event()
+                    loop.call_soon(started.set)
+                    name = "bulksync-async-nodes"
+                    threading.Thread(target=loop.run_forever, name=name, daemon=True).start()
+                    started.wait()
+                    self._loops = {pid: loop}
+        return loop
 
     def claims(self) -> claims.ClaimKeeper:
         """This process's task claims and their heartbeat (never shared with a parent)."""
@@ -318,6 +402,11 @@ def _failure(
         f"[run={run_id or '-'} thread={thread} step={desc.step} task={desc.id}]{more}"
     )
 
+
+_CANCELLED: Final = object()
+"""A task its run's cancel kept from starting (the rest of its message is not run)."""
+_SKIPPED: Final = object()
+"""A task this delivery may not run (another runs it, or it has a result): not counted."""
 
 _runtime: WorkerRuntime | None = None
 

@@ -1,0 +1,135 @@
+"""The tasks of one Celery message on a real worker: async ones run at once on the worker
+process's event loop, slow sync ones at once after the first, quick ones one by one; each
+with LangGraph's answer, and a cancelled run's tasks still stop."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import operator
+import threading
+import time
+from collections.abc import Callable
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+from bulksync.graph import START, StateGraph
+from bulksync.types import Send
+from bulksync.workers.celery.executor import CeleryExecutor
+
+pytestmark = pytest.mark.integration
+
+TASKS = 12
+
+
+class State(TypedDict):
+    out: Annotated[list[int], operator.add]
+
+
+class Peak:
+    """How many tasks ran at the same time, at most; and on which event loops."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = 0
+        self.peak = 0
+        self.loops: set[int] = set()
+
+    def enter(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.now -= 1
+
+
+def _fanout(cluster: Any, work: Callable[..., Any], **settings: Any) -> Any:
+    """A graph sending TASKS tasks to ``work``, all in one message, on the test worker."""
+    b = StateGraph(State)
+    b.add_node("work", work)
+    b.add_conditional_edges(START, lambda s: [Send("work", {"i": i}) for i in range(TASKS)])
+    graph = b.compile()
+    graph_id = cluster.register(graph)
+    one_message = dataclasses.replace(cluster.settings, target_messages=1, **settings)
+    executor = CeleryExecutor(one_message, graph_id, graph, app=cluster.app)
+    return graph.with_executor(executor)
+
+
+@pytest.fixture
+def worker_settings(cluster: Any) -> Any:
+    """Change the test worker's settings for one test (its runtime reads them per message)."""
+    kept = cluster.runtime.settings
+
+    def change(**changes: Any) -> None:
+        cluster.runtime.settings = dataclasses.replace(kept, **changes)
+
+    yield change
+    cluster.runtime.settings = kept
+
+
+def test_async_tasks_of_a_message_run_at_once_on_one_loop(cluster: Any) -> None:
+    peak = Peak()
+
+    async def work(task: dict[str, Any]) -> dict[str, Any]:
+        peak.enter()
+        peak.loops.add(id(asyncio.get_running_loop()))
+        await asyncio.sleep(0.05)
+        peak.leave()
+        return {"out": [task["i"]]}
+
+    assert _fanout(cluster, work).invoke({"out": []}) == {"out": list(range(TASKS))}
+    assert peak.peak > 1
+    assert len(peak.loops) == 1  # the worker process's loop, shared by the message's tasks
+
+
+def test_slow_sync_tasks_run_at_once_after_the_first(cluster: Any) -> None:
+    peak = Peak()
+
+    def work(task: dict[str, Any]) -> dict[str, Any]:
+        peak.enter()
+        time.sleep(0.05)  # far above --parallel-after
+        peak.leave()
+        return {"out": [task["i"]]}
+
+    assert _fanout(cluster, work).invoke({"out": []}) == {"out": list(range(TASKS))}
+    assert peak.peak > 1
+
+
+def test_quick_sync_tasks_run_one_by_one(cluster: Any) -> None:
+    peak = Peak()
+
+    def work(task: dict[str, Any]) -> dict[str, Any]:
+        peak.enter()
+        peak.leave()
+        return {"out": [task["i"]]}
+
+    assert _fanout(cluster, work).invoke({"out": []}) == {"out": list(range(TASKS))}
+    assert peak.peak == 1
+
+
+def test_one_task_thread_runs_them_one_by_one(cluster: Any, worker_settings: Any) -> None:
+    worker_settings(task_threads=1)
+    peak = Peak()
+
+    async def work(task: dict[str, Any]) -> dict[str, Any]:
+        peak.enter()
+        await asyncio.sleep(0.01)
+        peak.leave()
+        return {"out": [task["i"]]}
+
+    assert _fanout(cluster, work).invoke({"out": []}) == {"out": list(range(TASKS))}
+    assert peak.peak == 1
+
+
+def test_a_failing_task_fails_the_run_with_its_error(cluster: Any) -> None:
+    async def work(task: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0.01)
+        if task["i"] == 3:
+            raise ValueError("task 3 broke")
+        return {"out": [task["i"]]}
+
+    with pytest.raises(ValueError, match="task 3 broke"):
+        _fanout(cluster, work).invoke({"out": []})
