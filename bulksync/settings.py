@@ -320,8 +320,9 @@ class Settings:
     task_threads: int = setting(
         64,
         group="worker",
-        doc="threads of a worker process that run the tasks of its messages at once (async "
-        "ones, and sync ones once one of them took --parallel-after); 1 runs them one by one",
+        doc="threads of a worker process that run the sync tasks of its messages at once, once "
+        "one of them took --parallel-after (async tasks all run at once on the process's event "
+        "loop); 1 runs every message's tasks one by one",
         unit="threads",
     )
     parallel_after: float = setting(

@@ -88,7 +88,7 @@ class CancelScope:
             done: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
             def start() -> None:
-                task = home.create_task(self._tracked(awaitable), context=context)
+                task = home.create_task(self.track(awaitable), context=context)
                 task.add_done_callback(functools.partial(_settle, done))
 
             try:
@@ -98,9 +98,10 @@ class CancelScope:
             else:
                 return done.result()
         with asyncio.Runner() as runner:
-            return runner.run(self._tracked(awaitable))
+            return runner.run(self.track(awaitable))
 
-    async def _tracked(self, awaitable: Awaitable[Any]) -> Any:
+    async def track(self, awaitable: Awaitable[Any]) -> Any:
+        """Await ``awaitable`` in the running task, which this scope cancels when it is."""
         task = asyncio.current_task()
         assert task is not None
         entry = _Running(asyncio.get_running_loop(), task)

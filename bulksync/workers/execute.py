@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 from bulksync.checkpoint.base import decoded
@@ -27,7 +27,7 @@ from bulksync.constants import (
     START,
 )
 from bulksync.context import NullResume, Scratchpad, TaskContext, task_context
-from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
+from bulksync.coordinator.executor import CallRecord, StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.reader import StateReader, apply_parent_command
 from bulksync.coordinator.spec import GraphSpec, NodeSpec, Write
@@ -81,15 +81,32 @@ def resume_answers(task: Task, step: StepInput) -> list[Any]:
     return answers
 
 
-def call_node(node: NodeSpec, value: Any, clock: AttemptClock | None = None) -> Any:
-    """Run the node's function; a coroutine is run to completion on a private event loop
-    (cancelled with the task's step: ``cancel_scope.py``), within ``clock``'s limits if
-    the attempt is timed (``timeouts.py``)."""
-    assert node.run is not None, f"node '{node.name}' is a subgraph; the loop runs it"
-    result = node.run(value)
-    if inspect.isawaitable(result):
-        return run_coroutine(result if clock is None else run_timed(result, clock, node.name))
-    return result
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Wait:
+    """What a task's steps (``_task_steps``) wait for: a coroutine to run to its end (an
+    async node's), or a call that blocks (joining threads, a retry's backoff)."""
+
+    awaitable: Awaitable[Any] | None = None
+    call: Callable[[], Any] | None = None
+
+    def block(self) -> Any:
+        """Wait on this thread: the coroutine on the caller scope's loop or one of its own."""
+        if self.awaitable is not None:
+            return run_coroutine(self.awaitable)
+        assert self.call is not None
+        return self.call()
+
+    async def wait(self) -> Any:
+        """Wait on the running loop: the coroutine here, under the caller's cancel scope;
+        what blocks on a thread."""
+        if self.awaitable is not None:
+            scope = current_scope()
+            return await (self.awaitable if scope is None else scope.track(self.awaitable))
+        assert self.call is not None
+        return await asyncio.to_thread(self.call)
+
+
+_Steps = Generator[_Wait, Any, TaskResult]
 
 
 def _attempt(
@@ -100,10 +117,14 @@ def _attempt(
     messages: MessageStream | None,
     traced: TracedRun | None,
     clock: AttemptClock | None,
-) -> list[Write]:
+) -> Generator[_Wait, Any, list[Write]]:
     with task_context(ctx), listening(ctx.config):
         try:
-            output = call_node(node, task.input, clock)
+            assert node.run is not None, f"node '{node.name}' is a subgraph; the loop runs it"
+            output = node.run(task.input)
+            if inspect.isawaitable(output):  # an async node: run by the driver, timed
+                timed = output if clock is None else run_timed(output, clock, node.name)
+                output = yield _Wait(awaitable=timed)
             if messages is not None:
                 messages.node_output(output)
             writes = node.writer(output, read)
@@ -142,8 +163,47 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
     """Run ``task`` of ``spec`` to a result (writes, error or interrupts); never raises.
 
     A node that fails for good has its error handler run in its place. When the step says
-    the task's node failed already (``StepInput.node_errors``), only its handler runs.
+    the task's node failed already (``StepInput.node_errors``), only its handler runs. An
+    async node's coroutine runs on the caller scope's loop or one of its own, while this
+    thread waits (``cancel_scope.run_coroutine``).
     """
+    steps = _task_steps(spec, task, step, live)
+    got = _advance(steps, None, None)
+    while isinstance(got, _Wait):
+        try:
+            answer, error = got.block(), None
+        except BaseException as exc:  # the node's own error: the steps handle it
+            answer, error = None, exc
+        got = _advance(steps, answer, error)
+    return got
+
+
+async def arun_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> TaskResult:
+    """``run_task`` on an event loop: an async node's coroutine is awaited here (no thread
+    waits for it; the caller's cancel scope can cancel it), what blocks runs on a thread."""
+    steps = _task_steps(spec, task, step, live)
+    got = _advance(steps, None, None)
+    while isinstance(got, _Wait):
+        try:
+            answer, error = await got.wait(), None
+        except BaseException as exc:  # the node's own error: the steps handle it
+            answer, error = None, exc
+        got = _advance(steps, answer, error)
+    return got
+
+
+def _advance(steps: _Steps, answer: Any, error: BaseException | None) -> _Wait | TaskResult:
+    """Resume ``steps`` with what it waited for (or its error); what it waits for next, or
+    the task's result."""
+    try:
+        return steps.send(answer) if error is None else steps.throw(error)
+    except StopIteration as done:
+        result: TaskResult = done.value
+        return result
+
+
+def _task_steps(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> _Steps:
+    """``run_task``'s work, yielding what it waits for to the driver (sync or async)."""
     node = spec.nodes[task.name]
     read = StateReader(spec, step, managed_values(spec.managed, task.step, step.stop))
     # The task's own level over the step's answer: it records whether this task took it.
@@ -172,12 +232,12 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
         ctx.calls = calls = _calls(step, live, task, null_resume, handlers, clock)
         ctx.messages = messages
         try:
-            writes = _attempt(node, task, ctx, read, messages, traced, clock)
+            writes = yield from _attempt(node, task, ctx, read, messages, traced, clock)
             return TaskResult(
                 task.id,
                 tuple(_sent(resumes) + writes),
                 took_null_resume=null_resume.taken,
-                calls=calls.join(),
+                calls=(yield _Wait(call=calls.join)),
                 handled_by=handled_by,
             )
         except GraphInterrupt as exc:
@@ -187,7 +247,7 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
                 interrupts=exc.interrupts,
                 interrupted=True,
                 took_null_resume=null_resume.taken,
-                calls=calls.join(),
+                calls=(yield _Wait(call=calls.join)),
             )
         except ParentCommand as exc:
             return TaskResult(task.id, (), error=exc, took_null_resume=null_resume.taken)
@@ -198,7 +258,7 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
             # Raised by the node's own code (nothing cancelled it): a failure of the node.
             error = NodeCancelledError(task.name)
             error.__cause__ = exc
-            return _failed(task, error, null_resume, calls)
+            return _failed(task, error, null_resume, (yield _Wait(call=calls.join)))
         except Exception as exc:
             policy = next((p for p in node.retry_policy if p.should_retry(exc)), None)
             if policy is None or attempt >= policy.max_attempts:
@@ -209,29 +269,28 @@ def run_task(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) -> Ta
                     # A crashed handler: the node's failure is kept, so that a resumed run
                     # runs the handler again, not the node.
                     kept = () if node_error is None else (_failure_write(node_error),)
-                    return _failed(task, exc, null_resume, calls, kept)
+                    done = yield _Wait(call=calls.join)
+                    return _failed(task, exc, null_resume, done, kept)
                 # Failed for good: the node's error handler runs in its place, with its
                 # own retries; its update or Command is written as the node's.
-                calls.join()
+                yield _Wait(call=calls.join)
                 node_error, handled_by, attempt = NodeError(node.name, exc), handler.name, 0
                 node = _handler_in_place(node)
                 continue
-            calls.join()  # the failed attempt's calls end before the next attempt
-            time.sleep(policy.delay(attempt))  # retry backoff
+            yield _Wait(call=calls.join)  # the failed attempt's calls end before the next
+            yield _Wait(call=functools.partial(time.sleep, policy.delay(attempt)))  # backoff
 
 
 def _failed(
     task: Task,
     error: BaseException,
     null_resume: NullResume,
-    calls: Calls,
+    calls: tuple[CallRecord, ...],
     kept: tuple[Write, ...] = (),
 ) -> TaskResult:
-    """A failed task's result: the calls it made that finished are kept all the same, and
-    ``kept`` writes (a node failure its crashed handler leaves for a resumed run)."""
-    return TaskResult(
-        task.id, kept, error=error, took_null_resume=null_resume.taken, calls=calls.join()
-    )
+    """A failed task's result: the ``calls`` it made that finished are kept all the same,
+    and ``kept`` writes (a node failure its crashed handler leaves for a resumed run)."""
+    return TaskResult(task.id, kept, error=error, took_null_resume=null_resume.taken, calls=calls)
 
 
 def _handler_in_place(node: NodeSpec) -> NodeSpec:
@@ -414,4 +473,4 @@ def _sent(sent: list[Write]) -> list[Write]:
     return _last_resume(sent) + [w for w in sent if w[0] != RESUME]
 
 
-__all__ = ["run_task"]
+__all__ = ["arun_task", "run_task"]

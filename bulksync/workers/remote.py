@@ -17,12 +17,13 @@ import functools
 
 from bulksync.checkpoint.base import CheckpointSaver
 from bulksync.context import NullResume
-from bulksync.coordinator.executor import StepInput, StepLive, StreamSink
+from bulksync.coordinator.executor import StepInput, StepLive, StreamSink, TaskResult
+from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import GraphBubbleUp
 from bulksync.workers import wire
 from bulksync.workers.callback_relay import CALLBACK_EVENTS, relay_manager
-from bulksync.workers.execute import run_task
+from bulksync.workers.execute import arun_task, run_task
 from bulksync.workers.local import LocalExecutor
 
 
@@ -65,17 +66,34 @@ class RemoteStep:
         self, desc: wire.TaskDescriptor, task_input: bytes | None, live: StepLive
     ) -> EncodedResult:
         """Run the task ``desc`` names on its encoded input; its encoded result."""
+        task, step = self._task(desc, task_input, live)
+        return _encoded(run_task(self.spec, task, step, live), task.name)
+
+    async def arun(
+        self, desc: wire.TaskDescriptor, task_input: bytes | None, live: StepLive
+    ) -> EncodedResult:
+        """``run`` on an event loop (``execute.arun_task``): for async nodes."""
+        task, step = self._task(desc, task_input, live)
+        return _encoded(await arun_task(self.spec, task, step, live), task.name)
+
+    def _task(
+        self, desc: wire.TaskDescriptor, task_input: bytes | None, live: StepLive
+    ) -> tuple[Task, StepInput]:
+        """The task ``desc`` names, and the step input it runs with."""
         task = desc.task(wire.loads_input(task_input))
         step = self.input
         if step.trace is not None:  # the run's callbacks: relayed to where its handlers are
             emit = functools.partial(live.sink, step.namespace, CALLBACK_EVENTS)
             config = {**step.config, "callbacks": relay_manager(step.trace, emit)}
             step = dataclasses.replace(step, config=config)
-        outcome = run_task(self.spec, task, step, live)
-        data, error = wire.encode_result(outcome, task.name)
-        if isinstance(error, GraphBubbleUp):  # a parent command: control flow, not a failure
-            return EncodedResult(data, False)
-        return EncodedResult(data, error is None, error)
+        return task, step
+
+
+def _encoded(outcome: TaskResult, node: str) -> EncodedResult:
+    data, error = wire.encode_result(outcome, node)
+    if isinstance(error, GraphBubbleUp):  # a parent command: control flow, not a failure
+        return EncodedResult(data, False)
+    return EncodedResult(data, error is None, error)
 
 
 def run_encoded(

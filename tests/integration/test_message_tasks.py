@@ -1,6 +1,6 @@
 """The tasks of one Celery message on a real worker: async ones run at once on the worker
-process's event loop, slow sync ones at once after the first, quick ones one by one; each
-with LangGraph's answer, and a cancelled run's tasks still stop."""
+process's event loop (no thread waiting for each), slow sync ones at once after the first,
+quick ones one by one; each with the graph's answer, a failing one failing the run."""
 
 from __future__ import annotations
 
@@ -70,18 +70,21 @@ def worker_settings(cluster: Any) -> Any:
     cluster.runtime.settings = kept
 
 
-def test_async_tasks_of_a_message_run_at_once_on_one_loop(cluster: Any) -> None:
+def test_async_tasks_of_a_message_run_at_once_on_one_loop(
+    cluster: Any, worker_settings: Any
+) -> None:
+    worker_settings(task_threads=2)  # no thread waits for an async task: more run at once
     peak = Peak()
 
     async def work(task: dict[str, Any]) -> dict[str, Any]:
         peak.enter()
         peak.loops.add(id(asyncio.get_running_loop()))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
         peak.leave()
         return {"out": [task["i"]]}
 
     assert _fanout(cluster, work).invoke({"out": []}) == {"out": list(range(TASKS))}
-    assert peak.peak > 1
+    assert peak.peak > 2
     assert len(peak.loops) == 1  # the worker process's loop, shared by the message's tasks
 
 

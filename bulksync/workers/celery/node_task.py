@@ -9,9 +9,10 @@ result for a task id is kept, and whichever delivery arrives reports *that* resu
 step's inbox. A task that already has a result is not run again, and a task runs only under
 its claim (``claims.py``): a second delivery of a task a live worker runs leaves it be.
 
-The tasks of one message run at once when they wait (model and tool calls): async ones on the
-process's event loop, sync ones on its task threads once the first of them turned out slow;
-quick sync tasks run one by one, which is cheapest (``WorkerRuntime._run_tasks``).
+The tasks of one message run at once when they wait (model and tool calls): async ones all
+together on the process's event loop, no thread waiting for any of them (``_run_async``); sync
+ones on its task threads once the first of them turned out slow, quick ones one by one, which
+is cheapest (``_run_tasks``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import redis
@@ -140,27 +141,56 @@ class WorkerRuntime:
             else:
                 self.record(step_key, desc.slot, result)
 
+        def verdict(desc: wire.TaskDescriptor) -> Any:
+            """Whether this delivery runs ``desc`` (it claimed it), or why not."""
+            claimed = self.claims().claim(desc.slot, run_id)
+            if claimed == claims.CANCELLED:
+                return _CANCELLED
+            if claimed <= 0:
+                self._unclaimed(step_key, desc, claimed)
+                return _SKIPPED
+            if timeout:  # the coordinator's clock for this task starts now
+                self._report_started(step_key, desc.id)
+            return None
+
         def run_one(desc: wire.TaskDescriptor, data: bytes | None) -> Any:
             """Run one task under its claim; its error (or None), or a verdict not to."""
-            verdict = self.claims().claim(desc.slot, run_id)
-            if verdict == claims.CANCELLED:
-                return _CANCELLED
-            if verdict <= 0:
-                self._unclaimed(step_key, desc, verdict)
-                return _SKIPPED
-            home = self.event_loop() if is_async else None
-            with self.claims().held(desc.slot), self.stopper().running(step_key, run_id, home):
-                if timeout:  # the coordinator's clock for this task starts now
-                    self._report_started(step_key, desc.id)
+            refused = verdict(desc)
+            if refused is not None:
+                return refused
+            with self.claims().held(desc.slot), self.stopper().running(step_key, run_id):
                 began = time.monotonic()
                 outcome = step.run(desc, data, live)
                 self.record(step_key, desc.slot, outcome.data, keep=outcome.keep)
             return outcome.error or _overtime(desc, timeout, time.monotonic() - began)
 
-        is_async = bool(todo) and spec.nodes[todo[0][0].node].is_async
+        async def arun_one(desc: wire.TaskDescriptor, data: bytes | None) -> Any:
+            """``run_one`` for an async node, on this process's event loop: what blocks
+            (Redis) on a thread, the node awaited here."""
+            refused = await asyncio.to_thread(verdict, desc)
+            if refused is not None:
+                return refused
+            held = self.claims().held(desc.slot)
+            held.__enter__()
+            try:
+                with self.stopper().running(step_key, run_id):
+                    began = time.monotonic()
+                    outcome = await step.arun(desc, data, live)
+                    took = time.monotonic() - began
+                await asyncio.to_thread(
+                    self.record, step_key, desc.slot, outcome.data, keep=outcome.keep
+                )
+            finally:  # (releasing the claim is a Redis call)
+                await asyncio.to_thread(held.__exit__, None, None, None)
+            return outcome.error or _overtime(desc, timeout, took)
+
         ran = 0
         failed: list[tuple[wire.TaskDescriptor, BaseException]] = []
-        for (desc, _), error in self._run_tasks(todo, run_one, at_once=is_async):
+        if todo and spec.nodes[todo[0][0].node].is_async:
+            answers = self._run_async(todo, arun_one)
+        else:
+            answers = self._run_tasks(todo, run_one)
+        for (desc, _), error in answers:
             if error is _SKIPPED:
                 continue
             ran += 1
@@ -170,21 +200,18 @@ class WorkerRuntime:
             raise _failure(run_id, _thread_of(step), len(descs), failed) from failed[0][1]
         return ran
 
-    def _run_tasks(
-        self, todo: list[Any], run_one: Callable[..., Any], *, at_once: bool
-    ) -> list[tuple[Any, Any]]:
-        """``(task, run_one's answer)`` for the tasks of one message, in their order.
+    def _run_tasks(self, todo: list[Any], run_one: Callable[..., Any]) -> list[tuple[Any, Any]]:
+        """``(task, run_one's answer)`` for the sync tasks of one message, in their order.
 
-        Async tasks run at once (on this process's event loop, a thread of the task pool
-        waiting for each); sync ones one by one while they are quick, the rest at once on the
-        task pool as soon as one took ``parallel_after`` (the tasks of one message are of one
-        node: alike). The pool's ``task_threads`` serve every message of the process. Tasks
-        not started when one was cancelled are not run.
+        One by one while they are quick; the rest at once on the task pool as soon as one
+        took ``parallel_after`` (the tasks of one message are of one node: alike). The pool's
+        ``task_threads`` serve every message of the process. Tasks not started when one was
+        cancelled are not run.
         """
         done: list[tuple[Any, Any]] = []
         left = list(todo)
         threads = self.settings.task_threads
-        while left and not (at_once and threads > 1):
+        while left:
             began = time.monotonic()
             task = left.pop(0)
             answer = run_one(*task)
@@ -202,6 +229,26 @@ class WorkerRuntime:
             if answer is not _CANCELLED:
                 done.append((task, answer))
         return done
+
+    def _run_async(
+        self, todo: list[Any], arun_one: Callable[..., Awaitable[Any]]
+    ) -> list[tuple[Any, Any]]:
+        """``(task, arun_one's answer)`` for the async tasks of one message, in their order:
+        all at once on this process's event loop (one by one if ``task_threads`` is 1), with
+        no thread waiting for each. Tasks not started when one was cancelled are not run."""
+
+        async def run_all() -> list[Any]:
+            if self.settings.task_threads <= 1:
+                answers = []
+                for task in todo:
+                    answers.append(await arun_one(*task))
+                    if answers[-1] is _CANCELLED:
+                        break
+                return answers
+            return list(await asyncio.gather(*(arun_one(*task) for task in todo)))
+
+        answers = asyncio.run_coroutine_threadsafe(run_all(), self.event_loop()).result()
+        return [(t, a) for t, a in zip(todo, answers, strict=False) if a is not _CANCELLED]
 
     def task_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """This process's threads for running a message's tasks at once (never a parent's)."""
@@ -227,6 +274,10 @@ class WorkerRuntime:
                 loop = self._loops.get(pid)
                 if loop is None:
                     loop = asyncio.new_event_loop()
+                    # Its threads do the Redis calls around each async task.
+                    loop.set_default_executor(
+                        concurrent.futures.ThreadPoolExecutor(32, thread_name_prefix="bulksync-io")
+                    )
                     started = threading.Event()
                     loop.call_soon(started.set)
                     name = "bulksync-async-nodes"

@@ -14,7 +14,6 @@ not used.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
@@ -40,12 +39,10 @@ class TaskStopper:
         self._watching = False
 
     @contextlib.contextmanager
-    def running(
-        self, step_key: str, run_id: str, home: asyncio.AbstractEventLoop | None = None
-    ) -> Iterator[CancelScope]:
+    def running(self, step_key: str, run_id: str) -> Iterator[CancelScope]:
         """Run the block as a task of ``step_key`` (of run ``run_id``), under a scope that
-        is cancelled once either is (its coroutines run on ``home``, if given)."""
-        scope = CancelScope(home)
+        is cancelled once either is."""
+        scope = CancelScope()
         flags = (keys.step_cancel(step_key), keys.cancel(run_id))
         with self._lock:
             self._running[id(scope)] = (flags, scope)
