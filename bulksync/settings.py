@@ -275,7 +275,7 @@ class Settings:
         shown="max runs + 8",
     )
     target_messages: int = setting(
-        128,
+        32,
         group="coordinator",
         doc="a node's Send fan-out is split into about this many messages",
         unit="messages",
