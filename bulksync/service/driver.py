@@ -187,12 +187,12 @@ class RunDriver:
         options["durability"] = options.get("durability") or "sync"
         modes = [*wanted, *(m for m in _INTERNAL_MODES if m not in wanted)]
         tracker = _Tracker(self.ctx.settings.progress_interval)
-        # Asked through, not filtered here: a graph a node runs on its own thread reaches
-        # this stream at its own (root) namespaces only when subgraphs are read.
         if payload.get("lifecycle"):  # the caller has lifecycle handlers: tell it
             options["lifecycle"] = lambda record: self._event((), runs.LIFECYCLE, record)
         if payload.get("trace") is not None:  # and LangChain handlers: relay the callbacks
             self._relay_callbacks(config, payload["trace"])
+        # Asked through, not filtered here: a graph a node runs on its own thread reaches
+        # this stream at its own (root) namespaces only when subgraphs are read.
         chunks = iter(
             bound.stream(value, config, stream_mode=modes, subgraphs=subgraphs, **options)
         )
