@@ -153,16 +153,18 @@ class WorkerRuntime:
                 self._report_started(step_key, desc.id)
             return None
 
-        def run_one(desc: wire.TaskDescriptor, data: bytes | None) -> Any:
-            """Run one task under its claim; its error (or None), or a verdict not to."""
+        def run_one(desc: wire.TaskDescriptor, data: bytes | None) -> tuple[Any, float]:
+            """Run one task under its claim; its error (or None), or a verdict not to; and
+            how long the task itself took."""
             refused = verdict(desc)
             if refused is not None:
-                return refused
+                return refused, 0.0
             with self.claims().held(desc.slot), self.stopper().running(step_key, run_id):
                 began = time.monotonic()
                 outcome = step.run(desc, data, live)
+                took = time.monotonic() - began
                 self.record(step_key, desc.slot, outcome.data, keep=outcome.keep)
-            return outcome.error or _overtime(desc, timeout, time.monotonic() - began)
+            return outcome.error or _overtime(desc, timeout, took), took
 
         async def arun_one(desc: wire.TaskDescriptor, data: bytes | None) -> Any:
             """``run_one`` for an async node, on this process's event loop: what blocks
@@ -203,29 +205,28 @@ class WorkerRuntime:
     def _run_tasks(self, todo: list[Any], run_one: Callable[..., Any]) -> list[tuple[Any, Any]]:
         """``(task, run_one's answer)`` for the sync tasks of one message, in their order.
 
-        One by one while they are quick; the rest at once on the task pool as soon as one
-        took ``parallel_after`` (the tasks of one message are of one node: alike). The pool's
-        ``task_threads`` serve every message of the process. Tasks not started when one was
-        cancelled are not run.
+        One by one while they are quick; the rest at once on the task pool as soon as one's
+        node took ``parallel_after`` (the tasks of one message are of one node: alike). The
+        pool's ``task_threads`` serve every message of the process. Tasks not started when
+        one was cancelled are not run.
         """
         done: list[tuple[Any, Any]] = []
         left = list(todo)
         threads = self.settings.task_threads
         while left:
-            began = time.monotonic()
             task = left.pop(0)
-            answer = run_one(*task)
+            answer, took = run_one(*task)
             if answer is _CANCELLED:
                 return done
             done.append((task, answer))
-            if threads > 1 and time.monotonic() - began >= self.settings.parallel_after:
+            if threads > 1 and took >= self.settings.parallel_after:
                 break  # slow: the others run at once
         if not left:
             return done
         pool = self.task_pool()
         answers = [pool.submit(run_one, *task) for task in left]
         for task, future in zip(left, answers, strict=True):
-            answer = future.result()
+            answer, _ = future.result()
             if answer is not _CANCELLED:
                 done.append((task, answer))
         return done
