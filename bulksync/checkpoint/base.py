@@ -27,6 +27,9 @@ from bulksync.errors import ConfigError
 PendingWrite = tuple[str, str, Any]
 """``(task_id, channel, value)`` as recorded for a checkpoint."""
 
+TaskWrites = tuple[Sequence[tuple[str, Any]], str, str]
+"""``(writes, task_id, task_path)``: one task's ``put_writes`` arguments."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Checkpoint:
@@ -215,6 +218,19 @@ class LeasingSaver(CheckpointSaver, Protocol):
 
     def fenced(self, thread_id: str, token: int) -> CheckpointSaver:
         """This saver, whose commits to ``thread_id`` fail once the lease has another token."""
+
+
+def put_writes_batch(
+    saver: CheckpointSaver, config: Mapping[str, Any], batch: Sequence[TaskWrites]
+) -> None:
+    """Record several tasks' writes against ``config``'s checkpoint: in one round trip when
+    the saver can (``PostgresSaver.put_writes_batch``), else task by task."""
+    batched = getattr(saver, "put_writes_batch", None)
+    if batched is not None:
+        batched(config, batch)
+        return
+    for writes, task_id, task_path in batch:
+        saver.put_writes(config, writes, task_id, task_path)
 
 
 def write_index(channel: str, position: int) -> int:

@@ -65,6 +65,7 @@ from bulksync.checkpoint.base import (
     Checkpoint,
     CheckpointTuple,
     Serde,
+    TaskWrites,
     blob_rows,
     checkpoint_config,
     config_thread,
@@ -271,9 +272,18 @@ class PostgresSaver(AsyncSaverMethods):
         task_path: str = "",
     ) -> None:
         """Record a task's writes: regular slots keep the first value, special slots the last."""
-        rows = write_rows(self.serde, config, writes, task_id, task_path)
+        self.put_writes_batch(config, [(writes, task_id, task_path)])
+
+    def put_writes_batch(self, config: Mapping[str, Any], batch: Sequence[TaskWrites]) -> None:
+        """``put_writes`` for several tasks of one checkpoint, in one transaction."""
+        rows = [
+            r
+            for writes, tid, path in batch
+            for r in write_rows(self.serde, config, writes, tid, path)
+        ]
         if not rows:
             return
+        rows.sort(key=lambda r: (r[3], r[4]))  # by task and slot: every writer locks alike
 
         def store() -> None:
             with self._connection() as conn, conn.pipeline():
@@ -281,7 +291,8 @@ class PostgresSaver(AsyncSaverMethods):
                 for sql, keep in ((pgm.KEEP_FIRST_SQL, True), (pgm.KEEP_LAST_SQL, False)):
                     cur.executemany(sql, [r for r in rows if (r[4] >= 0) is keep])
 
-        self._retry(store, f"storing the writes of task {task_id}")
+        more = f" and {len(batch) - 1} more" if len(batch) > 1 else ""
+        self._retry(store, f"storing the writes of task {batch[0][1]}{more}")
 
     def delete_thread(self, thread_id: str) -> None:
         """Forget every checkpoint and write of ``thread_id``, in every namespace.

@@ -13,6 +13,7 @@ bytes so that the next step's input ships them as they are (``with_bytes``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ from bulksync.checkpoint.base import (
     PendingWrite,
     config_thread,
     decoded,
+    put_writes_batch,
 )
 from bulksync.checkpoint.serde import dumps_for
 from bulksync.constants import (
@@ -129,6 +131,10 @@ def load_head(
     return saved, head is not None and head.checkpoint.id != saved.checkpoint.id
 
 
+_Recorded = tuple[str, str, Sequence[Write], str, Sequence[Write]]
+"""A task's writes ``batched`` holds: task id, path, writes as given, node, plain writes."""
+
+
 class Ledger:
     """The checkpoint a loop stands on, its pending writes, and the saver I/O for both."""
 
@@ -170,6 +176,8 @@ class Ledger:
         # encoded writes by channel, and each channel's stored value at its version.
         self._write_bytes: dict[str, list[Encoded]] = {}
         self._channel_bytes: dict[str, tuple[Any, Encoded]] = {}
+        # Writes recorded inside ``batched()``, stored together when it ends.
+        self._batch: list[_Recorded] | None = None
 
     @property
     def durable(self) -> bool:
@@ -243,8 +251,38 @@ class Ledger:
         for chan, value in writes:  # their bytes may become the channel's blob
             if isinstance(value, Encoded):
                 self._write_bytes.setdefault(chan, []).append(value)
-        self._put_writes(task_id, task_path, writes, node, plain)
+        if self._batch is not None:
+            self._batch.append((task_id, task_path, writes, node, plain))
+        else:
+            self._put_writes(task_id, task_path, writes, node, plain)
         return plain
+
+    @contextlib.contextmanager
+    def batched(self) -> Iterator[None]:
+        """Store the writes ``record`` takes in the block together as it ends: one saver
+        round trip for the results of many tasks (``put_writes_batch``).
+
+        Raises:
+            SerializationError: a value the saver cannot store, naming its node and channel.
+        """
+        self._batch = []
+        try:
+            yield
+        finally:  # what was recorded is stored, even when the block failed
+            batch, self._batch = self._batch, None
+            if batch:
+                self._put_batch(batch)
+
+    def _put_batch(
+        self, batch: list[tuple[str, str, Sequence[Write], str, Sequence[Write]]]
+    ) -> None:
+        assert self.saver is not None
+        try:
+            put_writes_batch(self.saver, self.config, [(w, t, p) for t, p, w, _, _ in batch])
+        except SerializationError:
+            for task_id, task_path, writes, node, plain in batch:  # (raises naming the value)
+                self._put_writes(task_id, task_path, writes, node, plain)
+            raise
 
     def record_input(self, writes: Sequence[Write]) -> None:
         """Record a ``Command``'s writes as the run's input (``NULL_TASK_ID``) writes.
@@ -302,8 +340,8 @@ class Ledger:
         for tid, chan, value in self.pending.unstored():
             by_task.setdefault(tid, []).append((chan, value))
         assert self.saver is not None
-        for tid, writes in by_task.items():
-            self.saver.put_writes(self.config, writes, tid, paths.get(tid, ""))
+        batch = [(writes, tid, paths.get(tid, "")) for tid, writes in by_task.items()]
+        put_writes_batch(self.saver, self.config, batch)
 
     def _put_writes(
         self,

@@ -391,9 +391,10 @@ class SuperstepLoop:
         failure: BaseException | None = None
         paused = False
         deadline = clock.deadline(self.options.step_timeout)
-        for _ in todo:
+        left = len(todo)
+        while left:
             try:
-                result = results.get(timeout=clock.left(deadline))
+                ready = [results.get(timeout=clock.left(deadline))]
             except queue.Empty:  # the step outran its step_timeout
                 if handle is not None:
                     handle.cancel()
@@ -402,21 +403,30 @@ class SuperstepLoop:
                     f"A step of graph '{self.spec.name}' ran longer than its step_timeout "
                     f"of {self.options.step_timeout}s; its unfinished tasks were cancelled."
                 ) from None
-            paused = paused or result.interrupted
-            if result.took_null_resume and answer is not None:
-                self.null_resume.take()
-                answer = None
-            if failure is not None and isinstance(result.error, TaskCancelledError):
-                continue  # stopped because of the failure: it never ran, nothing to record
-            error = self._record(self.tasks[result.task_id], result)
-            if error is None and failure is None and len(todo) > 1:
-                self.stream.flush()
-            if error is not None and failure is None:
-                failure = error
-                # An answer that failed its response_schema leaves the interrupt open; the
-                # other answered tasks finish (stopped after a side effect, they would redo it).
-                if handle is not None and not is_invalid_resume(error):
-                    handle.cancel()
+            while len(ready) < left:  # every result there is: their writes stored together
+                try:
+                    ready.append(results.get_nowait())
+                except queue.Empty:
+                    break
+            left -= len(ready)
+            with self.ledger.batched():
+                for result in ready:
+                    paused = paused or result.interrupted
+                    if result.took_null_resume and answer is not None:
+                        self.null_resume.take()
+                        answer = None
+                    if failure is not None and isinstance(result.error, TaskCancelledError):
+                        continue  # stopped because of the failure: it never ran, nothing to record
+                    error = self._record(self.tasks[result.task_id], result)
+                    if error is None and failure is None and len(todo) > 1:
+                        self.stream.flush()
+                    if error is not None and failure is None:
+                        failure = error
+                        # An answer that failed its response_schema leaves the interrupt open;
+                        # the other answered tasks finish (stopped after a side effect, they
+                        # would redo it).
+                        if handle is not None and not is_invalid_resume(error):
+                            handle.cancel()
         if failure is not None:
             self.stream.flush()  # the failed task's result is streamed before the error
             raise failure

@@ -215,6 +215,37 @@ def test_duplicate_deliveries_record_one_result(saver: PostgresSaver) -> None:
     assert sorted(rows) == [(-1, 1), (0, 1), (1, 1)]
 
 
+def test_a_batch_stores_each_tasks_writes_as_put_writes_would(saver: PostgresSaver) -> None:
+    config = put_steps(saver, 1)
+    saver.put_writes(config, [("x", "first")], "t-a")
+    saver.put_writes(config, [(ERROR, "old")], "t-b")
+    batch = [
+        ([("x", "again"), ("y", 1)], "t-a", "p-a"),  # slot 0 kept; slot 1 new
+        ([(ERROR, "new")], "t-b", "p-b"),  # a special slot takes the last value
+        ([("x", 3)], "t-c", "p-c"),
+    ]
+    saver.put_writes_batch(config, batch)
+    found = saver.get_tuple(config)
+    assert found is not None
+    got = sorted((t, ch, v) for t, ch, v in found.pending_writes if t.startswith("t-"))
+    assert got == [
+        ("t-a", "x", "first"),
+        ("t-a", "y", 1),
+        ("t-b", ERROR, "new"),
+        ("t-c", "x", 3),
+    ]
+
+
+def test_a_batch_with_a_value_it_cannot_store_stores_none(saver: PostgresSaver) -> None:
+    config = put_steps(saver, 1)
+    batch = [([("x", 1)], "t-ok", ""), ([("x", threading.Lock())], "t-bad", "")]
+    with pytest.raises(SerializationError):
+        saver.put_writes_batch(config, batch)
+    found = saver.get_tuple(config)
+    assert found is not None
+    assert [w for w in found.pending_writes if w[0].startswith("t-")] == []
+
+
 def test_metadata_with_nul_is_refused(saver: PostgresSaver) -> None:
     with pytest.raises(SerializationError, match="NUL character"):
         saver.put(thread(), checkpoint(0, {}, {}), {"note": "a\x00b"}, {})
