@@ -68,14 +68,23 @@ def graph_fanout(
     *,
     config: dict[str, Any] | None = None,
     awaited: bool = False,
+    durability: str | None = None,
 ) -> Callable[[], None]:
     """One invoke of a fan-out graph (bulksync or LangGraph), checked for Send order; its
-    input ``given`` (default: the trivial fan-out's), ``awaited``: through ``ainvoke``."""
+    input ``given`` (default: the trivial fan-out's), ``awaited``: through ``ainvoke``;
+    with ``durability``, checkpointed on a new thread each run."""
     want = list(range(n))
     value = graphs.fanout_input(n) if given is None else given
 
     def run() -> None:
-        out = asyncio.run(graph.ainvoke(value, config)) if awaited else graph.invoke(value, config)
+        conf, kw = config, {}
+        if durability is not None:
+            conf = {**(config or {}), "configurable": {"thread_id": f"bench-{uuid.uuid4().hex}"}}
+            kw = {"durability": durability}
+        if awaited:
+            out = asyncio.run(graph.ainvoke(value, conf, **kw))
+        else:
+            out = graph.invoke(value, conf, **kw)
         if out["out"] != want:
             raise BenchError(f"fan-out of {n} returned {len(out['out'])} results, out of order")
 

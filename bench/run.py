@@ -4,8 +4,9 @@ Starts ``--workers`` ``bulksync worker --graph bench.graphs`` processes on a pri
 measures, interleaving the contenders round by round:
 
 1. a ``--fanout``-way trivial ``Send`` fan-out through bulksync (attached ``CeleryExecutor``,
-   no checkpointer) vs a raw Celery ``group`` of as many tasks on the same workers vs
-   in-process LangGraph (default settings, no checkpointer);
+   no checkpointer, and the same with a ``PostgresSaver`` in a fresh schema) vs a raw Celery
+   ``group`` of as many tasks on the same workers vs in-process LangGraph (default settings,
+   no checkpointer);
 2. the per-step time of a ``--steps``-step sequential graph through bulksync (attached
    ``CeleryExecutor`` + bulksync ``PostgresSaver``, a durable commit each step) vs LangGraph
    with its ``PostgresSaver``, each saver in a fresh schema and each run on a fresh thread;
@@ -144,7 +145,8 @@ def ratio(name: str, a: Timing, b: Timing, target: str) -> float:
 
 
 def run_fanout(args: argparse.Namespace, settings: Settings, app: Any) -> dict[str, Timing]:
-    """Part 1: the fan-out, three ways."""
+    """Part 1: the fan-out, four ways."""
+    from bulksync.checkpoint.postgres import PostgresSaver
     from bulksync.workers.celery.executor import CeleryExecutor, batch_size
 
     n = args.fanout
@@ -156,24 +158,35 @@ def run_fanout(args: argparse.Namespace, settings: Settings, app: Any) -> dict[s
         f"   (bulksync tasks per message here: {per_message}, so "
         f"{math.ceil(n / per_message)} messages; raw Celery sends {n})"
     )
-    timings = compare(
-        {
-            "bulksync (attached CeleryExecutor, no checkpointer)": graph_fanout(
-                graphs.fanout.with_executor(executor), n
-            ),
-            f"raw Celery group of {n} (RPUSH + BLPOP gather)": raw_celery_fanout(
-                app, settings.redis_url, n
-            ),
-            "LangGraph in-process (defaults, no checkpointer)": graph_fanout(lg_graph, n),
-        },
-        args.repeat,
-        args.warmup,
-    )
+    with (
+        fresh_schema(settings.database_url, f"bench_{uuid.uuid4().hex[:8]}_fanout") as url,
+        PostgresSaver.from_conn_string(url) as saver,
+    ):
+        saver.setup()
+        durable = graphs.fanout_builder(graphs.BULKSYNC).compile(checkpointer=saver)
+        durable_ex = CeleryExecutor(settings, "bench.graphs:fanout", durable, app=app)
+        timings = compare(
+            {
+                "bulksync (attached CeleryExecutor, no checkpointer)": graph_fanout(
+                    graphs.fanout.with_executor(executor), n
+                ),
+                "bulksync, the same + PostgresSaver (durability=sync)": graph_fanout(
+                    durable.with_executor(durable_ex), n, durability="sync"
+                ),
+                f"raw Celery group of {n} (RPUSH + BLPOP gather)": raw_celery_fanout(
+                    app, settings.redis_url, n
+                ),
+                "LangGraph in-process (defaults, no checkpointer)": graph_fanout(lg_graph, n),
+            },
+            args.repeat,
+            args.warmup,
+        )
     show(timings)
-    bs, raw, lg = timings.values()
+    bs, bs_pg, raw, lg = timings.values()
     print("  ratios of medians (time; lower is better for bulksync):")
     ratio("bulksync / LangGraph in-process", bs, lg, "DESIGN §8 target at 10,000: <= 1.00")
     ratio("bulksync / raw Celery group", bs, raw, "DESIGN §8 target at 10,000: <= 0.33")
+    ratio("bulksync + PostgresSaver / no checkpointer", bs_pg, bs, "issue 10 target: <= 1.30")
     return timings
 
 
@@ -335,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"load average at start: {load()}")
     app = make_app(settings)
     try:
-        check_services(settings, app, postgres=args.steps > 0)
+        check_services(settings, app, postgres=args.steps > 0 or args.fanout > 0)
     except ServiceUnavailableError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 2
