@@ -106,13 +106,7 @@ class Client:
             SerializationError: the input or config holds a value msgpack cannot encode.
             ServiceUnavailableError: Postgres or Redis cannot be reached (URL named).
         """
-        options = {
-            "output_keys": output_keys,
-            "interrupt_before": interrupt_before,
-            "interrupt_after": interrupt_after,
-            "durability": durability,
-            "context": context,
-        }
+        options = _run_options(output_keys, interrupt_before, interrupt_after, durability, context)
         payload = _run_payload(input, config, _listed(stream_mode), subgraphs, options)
         return self.create_run(
             graph_id,
@@ -393,13 +387,7 @@ class RemoteGraph(AsyncGraphMethods):
         """Run to the end (or a pause) and return the output values, as the local graph
         (``version="v2"``: a ``GraphOutput``, its value a dict: no schema is loaded here)."""
         check_version(version)
-        kw: dict[str, Any] = dict(
-            output_keys=output_keys,
-            interrupt_before=interrupt_before,
-            interrupt_after=interrupt_after,
-            durability=durability,
-            context=context,
-        )
+        kw = _run_options(output_keys, interrupt_before, interrupt_after, durability, context)
         if stream_mode != "values":
             return list(self.stream(input, config, stream_mode=stream_mode, version=version, **kw))
         config = merge_configs(self.config, config)
@@ -438,13 +426,7 @@ class RemoteGraph(AsyncGraphMethods):
         modes, bare = stream_modes(stream_mode, bool(debug))
         config = merge_configs(self.config, config)
         callbacks = _CallerCallbacks(config)
-        options = {
-            "output_keys": output_keys,
-            "interrupt_before": interrupt_before,
-            "interrupt_after": interrupt_after,
-            "durability": durability,
-            "context": context,
-        }
+        options = _run_options(output_keys, interrupt_before, interrupt_after, durability, context)
         payload = _run_payload(input, config, modes, subgraphs, options, callbacks)
         run_id = self.client.create_run(self.graph_id, "stream", payload)
         self._cancelled_with_caller(run_id)
@@ -567,6 +549,23 @@ class _CallerCallbacks:
             announce_record(self.lifecycle, event.chunk, own_id)
         elif event.mode == CALLBACK_EVENTS:
             replay(self.handlers, event.chunk, rename={run_id: own_id})
+
+
+def _run_options(
+    output_keys: Sequence[str] | str | None,
+    interrupt_before: Sequence[str] | str | None,
+    interrupt_after: Sequence[str] | str | None,
+    durability: str | None,
+    context: Any,
+) -> dict[str, Any]:
+    """A run's options, by the names ``stream``/``invoke`` take them."""
+    return {
+        "output_keys": output_keys,
+        "interrupt_before": interrupt_before,
+        "interrupt_after": interrupt_after,
+        "durability": durability,
+        "context": context,
+    }
 
 
 def _run_payload(
