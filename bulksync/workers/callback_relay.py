@@ -218,7 +218,10 @@ class _Relay:
     def send(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         shipped = {k: _error_out(v) for k, v in kwargs.items()}
         record = [name, [_error_out(v) for v in args], shipped]
-        self.emit(record if _fits(record) else _portable(record))
+        try:  # encoded once, by whatever sends it on
+            self.emit(record)
+        except SerializationError:  # (raised before anything is sent)
+            self.emit(_portable(record))
 
     def tapped(self, run_id: Any, output: Iterator[Any]) -> Iterator[Any]:
         for chunk in output:
