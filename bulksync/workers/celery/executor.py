@@ -179,25 +179,21 @@ class CeleryStep:
         )
 
     def _dispatch(self, ids: list[str]) -> None:
-        """Store the step for ``ids``, deliver those with a result, publish the others."""
+        """Store the step for ``ids``, deliver those with a result, publish the others.
+
+        One round trip stores the step and reads which tasks have a result already (a step
+        dispatched again after a restart); a fresh step publishes all of them.
+        """
         r = self.ex.redis
-        result_keys = [keys.result(self.slots[t]) for t in ids]
-        known: list[Any] = self._retry(lambda: r.mget(result_keys), "read results") if ids else []
-        todo = [self.tasks[t] for t, res in zip(ids, known, strict=True) if res is None]
+        tasks = [self.tasks[t] for t in ids]
+        batches = self._batches(tasks)
         mapping: dict[Any, Any] = {keys.STATE_FIELD: wire.dumps_state(self.step)}
-        mapping.update({keys.task_input_field(t.id): wire.dumps_input(t.input, t) for t in todo})
-        batches = self._batches(todo)
-        # A batch's descriptors ride in the step hash too: a message stays small at any width.
-        mapping.update(
-            {
-                keys.batch_field(m): wire.dumps_descs([self._describe(t) for t in c])
-                for _, m, c in batches
-                if len(c) > 1
-            }
-        )
+        mapping.update({keys.task_input_field(t.id): wire.dumps_input(t.input, t) for t in tasks})
+        mapping.update(self._batch_fields(batches))
 
         def store() -> list[Any]:  # every command sets a value: running it twice is harmless
             pipe = r.pipeline(transaction=False)
+            pipe.mget([keys.result(self.slots[t]) for t in ids])
             pipe.hset(keys.step(self.key), mapping=mapping)
             pipe.expire(keys.step(self.key), self.ex.settings.step_ttl)
             if self.run_id:
@@ -207,15 +203,32 @@ class CeleryStep:
             return pipe.execute()
 
         stored = self._retry(store, "store the step")
+        known = [res for res in stored[0] if res is not None]
         cancelled = bool(stored[-1]) if self.run_id else False
+        todo = tasks
+        if known:  # some finished before: publish the others only, batched anew
+            finished = {t for t, res in zip(ids, stored[0], strict=True) if res is not None}
+            todo = [t for t in tasks if t.id not in finished]
+            batches = self._batches(todo)
+            fields = self._batch_fields(batches)
+            if fields:
+                self._retry(lambda: r.hset(keys.step(self.key), mapping=fields), "store batches")
         for res in known:
-            if res is not None:
-                self._deliver(wire.loads_result(res))
+            self._deliver(wire.loads_result(res))
         if cancelled:
             self.cancel()
         elif batches:
             self._publish(self.path, batches)
             self._log_dispatch(todo, len(batches))
+
+    def _batch_fields(self, batches: list[tuple[str, str, list[Task]]]) -> dict[Any, Any]:
+        """The step-hash fields holding the descriptors of each message of several tasks: a
+        message stays small at any width."""
+        return {
+            keys.batch_field(m): wire.dumps_descs([self._describe(t) for t in c])
+            for _, m, c in batches
+            if len(c) > 1
+        }
 
     def _log_dispatch(self, todo: list[Task], messages: int) -> None:
         nodes: dict[str, int] = defaultdict(int)
@@ -423,15 +436,11 @@ class CeleryStep:
     def _republish(self, r: redis.Redis, tasks: list[Task]) -> None:
         """Publish ``tasks`` again; the step hash already holds their inputs."""
         batches = self._batches(tasks)
-        fields = {
-            keys.batch_field(m): wire.dumps_descs([self._describe(t) for t in c])
-            for _, m, c in batches
-            if len(c) > 1
-        }
+        fields = self._batch_fields(batches)
         if not r.exists(keys.step(self.key)):
             return  # Redis lost the step: the gatherer's recovery dispatches it whole
         if fields:
-            r.hset(keys.step(self.key), mapping=fields)  # type: ignore[arg-type]
+            r.hset(keys.step(self.key), mapping=fields)
         self._publish(self.path, batches)
 
     def _open(self) -> bool:
