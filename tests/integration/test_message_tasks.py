@@ -9,6 +9,7 @@ import dataclasses
 import operator
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
@@ -137,3 +138,31 @@ def test_a_failing_task_fails_the_run_with_its_error(cluster: Any) -> None:
 
     with pytest.raises(ValueError, match="task 3 broke"):
         _fanout(cluster, work).invoke({"out": []})
+
+
+def test_recording_a_result_drops_its_claim_in_the_same_script(
+    settings: Any, redis_url: str
+) -> None:
+    from bulksync import keys
+    from bulksync.workers.celery.node_task import WorkerRuntime
+    from bulksync.workers.registry import GraphRegistry
+
+    runtime = WorkerRuntime(GraphRegistry(), dataclasses.replace(settings, redis_url=redis_url))
+    r, keeper = runtime.redis(), runtime.claims()
+    slot, step_key = f"test-{uuid.uuid4().hex}", uuid.uuid4().hex
+    r.hset(keys.step(step_key), "state", b"-")  # the step lives: the result is reported
+    try:
+        assert keeper.claim(slot, "run") == 1
+        with keeper.held(slot) as claim:
+            assert r.get(keys.claim(slot)) == keeper.token.encode()
+            assert runtime.record(step_key, slot, b"done", claim=claim)
+            assert claim.released
+            assert r.get(keys.claim(slot)) is None
+            assert r.lrange(keys.inbox(step_key), 0, -1) == [b"rdone"]
+            r.set(keys.claim(slot), b"another worker")  # a later delivery claimed it
+        assert r.get(keys.claim(slot)) == b"another worker"  # the block's end left it
+        assert r.get(keys.result(slot)) == b"done"
+    finally:
+        r.delete(keys.step(step_key), keys.inbox(step_key), keys.claim(slot), keys.result(slot))
+        r.delete(keys.deliveries(slot))
+        r.connection_pool.disconnect()

@@ -84,6 +84,16 @@ return 0
 """
 
 
+@dataclasses.dataclass(slots=True)
+class Held:
+    """A claim a task of this process holds: its key, its holder's token, and whether it was
+    dropped already."""
+
+    key: str
+    token: str
+    released: bool = False
+
+
 class ClaimKeeper:
     """The claims one worker process holds, and the heartbeat thread that renews them."""
 
@@ -136,25 +146,27 @@ class ClaimKeeper:
         return bool(self.redis.eval(_RELEASE_LUA, 1, key, holder))
 
     @contextlib.contextmanager
-    def held(self, slot: str) -> Iterator[None]:
-        """Keep ``slot``'s claim alive while the block runs; drop it after."""
-        key = keys.claim(slot)
+    def held(self, slot: str) -> Iterator[Held]:
+        """Keep ``slot``'s claim alive while the block runs; drop it after, unless the block
+        dropped it already (``Held.released``: with the task's result, in one script)."""
+        claim = Held(keys.claim(slot), self.token)
         with self._lock:
-            self._held[key] = self._held.get(key, 0) + 1
+            self._held[claim.key] = self._held.get(claim.key, 0) + 1
             if not self._beating:
                 self._beating = True
                 threading.Thread(target=self._beat, name="bulksync-claims", daemon=True).start()
         try:
-            yield
+            yield claim
         finally:
             with self._lock:
-                left = self._held.pop(key) - 1
+                left = self._held.pop(claim.key) - 1
                 if left:
-                    self._held[key] = left
-            try:
-                self.redis.eval(_RELEASE_LUA, 1, key, self.token)
-            except redis.RedisError as exc:  # the lease runs out on its own
-                log.warning("could not release claim %s: %s", key, exc)
+                    self._held[claim.key] = left
+            if not claim.released:
+                try:
+                    self.redis.eval(_RELEASE_LUA, 1, claim.key, self.token)
+                except redis.RedisError as exc:  # the lease runs out on its own
+                    log.warning("could not release claim %s: %s", claim.key, exc)
 
     def _beat(self) -> None:
         lease_ms = max(1, int(self.settings.claim_lease * 1000))

@@ -44,6 +44,7 @@ from bulksync.retry import is_transient_redis, retry
 from bulksync.settings import Settings
 from bulksync.workers import wire
 from bulksync.workers.celery import claims
+from bulksync.workers.celery.claims import Held
 from bulksync.workers.celery.coordinator_saver import CoordinatorSaver
 from bulksync.workers.celery.stopper import TaskStopper
 from bulksync.workers.registry import GraphRegistry, task_name, walk_specs
@@ -54,10 +55,13 @@ log = logging.getLogger(__name__)
 MESSAGE_HEADER: Final = "bulksync"
 """Header marking a message as a bulksync node-task message (its value: the graph id)."""
 
-# KEYS: result key, inbox, step hash. ARGV: result, result TTL, step TTL, keep ("1"/"0").
-# Keep the first result unless told not to (an error: the same slot must run again when the
-# run is retried); report the kept one to this delivery's inbox while its step lives.
+# KEYS: result key, inbox, step hash[, claim]. ARGV: result, result TTL, step TTL, keep
+# ("1"/"0")[, claim token]. Keep the first result unless told not to (an error: the same slot
+# must run again when the run is retried); report the kept one to this delivery's inbox while
+# its step lives; drop the claim if this process still holds it (atomically: no one sees the
+# claim gone and the result not reported).
 _RECORD_LUA: Final = """
+if KEYS[4] and redis.call('GET', KEYS[4]) == ARGV[5] then redis.call('DEL', KEYS[4]) end
 local kept = redis.call('GET', KEYS[1])
 if not kept then
   kept = ARGV[1]
@@ -159,11 +163,11 @@ class WorkerRuntime:
             refused = verdict(desc)
             if refused is not None:
                 return refused, 0.0
-            with self.claims().held(desc.slot), self.stopper().running(step_key, run_id):
+            with self.claims().held(desc.slot) as claim, self.stopper().running(step_key, run_id):
                 began = time.monotonic()
                 outcome = step.run(desc, data, live)
                 took = time.monotonic() - began
-                self.record(step_key, desc.slot, outcome.data, keep=outcome.keep)
+                self.record(step_key, desc.slot, outcome.data, keep=outcome.keep, claim=claim)
             return outcome.error or _overtime(desc, timeout, took), took
 
         async def arun_one(desc: wire.TaskDescriptor, data: bytes | None) -> Any:
@@ -173,14 +177,19 @@ class WorkerRuntime:
             if refused is not None:
                 return refused
             held = self.claims().held(desc.slot)
-            held.__enter__()
+            claim = held.__enter__()
             try:
                 with self.stopper().running(step_key, run_id):
                     began = time.monotonic()
                     outcome = await step.arun(desc, data, live)
                     took = time.monotonic() - began
                 await asyncio.to_thread(
-                    self.record, step_key, desc.slot, outcome.data, keep=outcome.keep
+                    self.record,
+                    step_key,
+                    desc.slot,
+                    outcome.data,
+                    keep=outcome.keep,
+                    claim=claim,
                 )
             finally:  # (releasing the claim is a Redis call)
                 await asyncio.to_thread(held.__exit__, None, None, None)
@@ -327,27 +336,42 @@ class WorkerRuntime:
         data = self.redis().hget(keys.step(step_key), descs)
         return wire.loads_descs(data) if isinstance(data, bytes) else []  # None: step over
 
-    def record(self, step_key: str, slot: str, result: bytes, *, keep: bool = True) -> bool:
-        """Report ``result`` unless the slot has one (then report that); keep it if ``keep``.
+    def record(
+        self,
+        step_key: str,
+        slot: str,
+        result: bytes,
+        *,
+        keep: bool = True,
+        claim: Held | None = None,
+    ) -> bool:
+        """Report ``result`` unless the slot has one (then report that); keep it if ``keep``;
+        drop ``claim`` in the same script.
 
         An error is reported but not kept: a retry of the run must run the task again, as
         in-process runs do. True if ``result`` is the one reported.
         """
         r = self.redis()
+        held = [claim.key] if claim is not None else []
+        token = [claim.token] if claim is not None else []
         kept = self._retry(  # first result wins: recording twice reports the same one
             lambda: r.eval(
                 _RECORD_LUA,
-                3,
+                3 + len(held),
                 keys.result(slot),
                 keys.inbox(step_key),
                 keys.step(step_key),
+                *held,
                 result,
                 self.settings.result_ttl,
                 self.settings.step_ttl,
                 "1" if keep else "0",
+                *token,
             ),
             f"recording the result of {slot}",
         )
+        if claim is not None:
+            claim.released = True
         return bool(kept)
 
     def _report_started(self, step_key: str, task_id: str) -> None:
