@@ -233,6 +233,24 @@ def put_writes_batch(
         saver.put_writes(config, writes, task_id, task_path)
 
 
+def put_step(
+    saver: CheckpointSaver,
+    config: Mapping[str, Any],
+    batch: Sequence[TaskWrites],
+    checkpoint: Checkpoint,
+    metadata: Mapping[str, Any],
+    new_versions: Mapping[str, int],
+) -> dict[str, Any]:
+    """Record ``batch`` against ``config``'s checkpoint, then store ``checkpoint`` as its
+    child; its config. One transaction when the saver can (``PostgresSaver.put_step``)."""
+    together = getattr(saver, "put_step", None)
+    if together is not None:
+        return dict(together(config, batch, checkpoint, metadata, new_versions))
+    if batch:
+        put_writes_batch(saver, config, batch)
+    return saver.put(config, checkpoint, metadata, new_versions)
+
+
 def write_index(channel: str, position: int) -> int:
     """The slot of a write: fixed for special channels, else its position in the task's list."""
     return WRITES_IDX_MAP.get(channel, position)

@@ -242,7 +242,25 @@ class PostgresSaver(AsyncSaverMethods):
         Raises:
             LeaseLostError: on a ``fenced`` view, when another coordinator took the thread.
         """
+        return self.put_step(config, (), checkpoint, metadata, new_versions)
+
+    def put_step(
+        self,
+        config: Mapping[str, Any],
+        batch: Sequence[TaskWrites],
+        checkpoint: Checkpoint,
+        metadata: Mapping[str, Any],
+        new_versions: Mapping[str, int],
+    ) -> dict[str, Any]:
+        """``put_writes_batch(config, batch)`` then ``put(config, checkpoint, ...)``, in one
+        transaction: a step's last results and the checkpoint they make, one round trip.
+
+        Raises:
+            LeaseLostError: on a ``fenced`` view, when another coordinator took the thread
+                (nothing is stored, the writes neither).
+        """
         thread_id, ns, parent_id = config_thread(config)
+        rows = self._write_rows(config, batch)
         blobs = blob_rows(self.serde, thread_id, ns, checkpoint, new_versions)
         record = dumps_checkpoint(self.serde, checkpoint)
         row = (thread_id, ns, checkpoint.id, parent_id, record, _metadata_json(metadata))
@@ -254,6 +272,7 @@ class PostgresSaver(AsyncSaverMethods):
                     cur = conn.cursor()
                     if token is not None:
                         cur.execute(pgm.FENCE_SQL, (thread_id, token))
+                    _queue_writes(cur, rows)
                     cur.executemany(pgm.PUT_BLOB_SQL, blobs)
                     cur.execute(pgm.PUT_CHECKPOINT_SQL, row)
             except psycopg.Error as exc:
@@ -276,23 +295,28 @@ class PostgresSaver(AsyncSaverMethods):
 
     def put_writes_batch(self, config: Mapping[str, Any], batch: Sequence[TaskWrites]) -> None:
         """``put_writes`` for several tasks of one checkpoint, in one transaction."""
+        rows = self._write_rows(config, batch)
+        if not rows:
+            return
+
+        def store() -> None:
+            with self._connection() as conn, conn.pipeline():
+                _queue_writes(conn.cursor(), rows)
+
+        more = f" and {len(batch) - 1} more" if len(batch) > 1 else ""
+        self._retry(store, f"storing the writes of task {batch[0][1]}{more}")
+
+    def _write_rows(
+        self, config: Mapping[str, Any], batch: Sequence[TaskWrites]
+    ) -> builtins.list[tuple[Any, ...]]:
+        """The rows of ``batch``'s writes, by task and slot: every writer locks alike."""
         rows = [
             r
             for writes, tid, path in batch
             for r in write_rows(self.serde, config, writes, tid, path)
         ]
-        if not rows:
-            return
-        rows.sort(key=lambda r: (r[3], r[4]))  # by task and slot: every writer locks alike
-
-        def store() -> None:
-            with self._connection() as conn, conn.pipeline():
-                cur = conn.cursor()
-                for sql, keep in ((pgm.KEEP_FIRST_SQL, True), (pgm.KEEP_LAST_SQL, False)):
-                    cur.executemany(sql, [r for r in rows if (r[4] >= 0) is keep])
-
-        more = f" and {len(batch) - 1} more" if len(batch) > 1 else ""
-        self._retry(store, f"storing the writes of task {batch[0][1]}{more}")
+        rows.sort(key=lambda r: (r[3], r[4]))
+        return rows
 
     def delete_thread(self, thread_id: str) -> None:
         """Forget every checkpoint and write of ``thread_id``, in every namespace.
@@ -432,6 +456,15 @@ def _lease_lost(thread_id: str, token: int, current: str | None) -> LeaseLostErr
 
 # An escaped NUL in JSON text: "\u0000" after an even number of backslashes.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _queue_writes(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> None:
+    """Queue the statements storing write ``rows``: regular slots keep the first value,
+    special slots (negative) the last."""
+    for sql, keep in ((pgm.KEEP_FIRST_SQL, True), (pgm.KEEP_LAST_SQL, False)):
+        chosen = [r for r in rows if (r[4] >= 0) is keep]
+        if chosen:
+            cur.executemany(sql, chosen)
 
 
 def _metadata_json(metadata: Mapping[str, Any]) -> str:

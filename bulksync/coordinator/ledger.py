@@ -28,6 +28,7 @@ from bulksync.checkpoint.base import (
     PendingWrite,
     config_thread,
     decoded,
+    put_step,
     put_writes_batch,
 )
 from bulksync.checkpoint.serde import dumps_for
@@ -176,8 +177,11 @@ class Ledger:
         # encoded writes by channel, and each channel's stored value at its version.
         self._write_bytes: dict[str, list[Encoded]] = {}
         self._channel_bytes: dict[str, tuple[Any, Encoded]] = {}
-        # Writes recorded inside ``batched()``, stored together when it ends.
+        # Writes recorded inside ``batched()``, stored together when it ends; those it held
+        # for the step's checkpoint (``hold``), stored with it.
         self._batch: list[_Recorded] | None = None
+        self._hold = False
+        self._held: list[_Recorded] = []
 
     @property
     def durable(self) -> bool:
@@ -216,7 +220,7 @@ class Ledger:
             saved_parent = self._saved_config["configurable"].get(CHECKPOINT_ID)
             self.parent_config = self._saved_config if saved_parent else None
             stored = self._stored_checkpoint(channels, changed)
-            self.config = self.saver.put(self._saved_config, stored, self.metadata, changed)
+            self.config = self._put_step(stored, changed)
             self._saved_config = dict(self.config)
             self._saved_id = self.checkpoint.id
         elif not exiting:
@@ -260,22 +264,55 @@ class Ledger:
     @contextlib.contextmanager
     def batched(self) -> Iterator[None]:
         """Store the writes ``record`` takes in the block together as it ends: one saver
-        round trip for the results of many tasks (``put_writes_batch``).
+        round trip for the results of many tasks (``put_writes_batch``). ``hold()`` in the
+        block keeps them for the step's checkpoint instead.
 
         Raises:
             SerializationError: a value the saver cannot store, naming its node and channel.
         """
-        self._batch = []
+        self._batch, self._hold = [], False
         try:
             yield
         finally:  # what was recorded is stored, even when the block failed
             batch, self._batch = self._batch, None
-            if batch:
+            if batch and self._hold:
+                self._held.extend(batch)
+            elif batch:
                 self._put_batch(batch)
 
-    def _put_batch(
-        self, batch: list[tuple[str, str, Sequence[Write], str, Sequence[Write]]]
-    ) -> None:
+    def hold(self) -> None:
+        """The step's last results are in (``batched`` block): store their writes with the
+        step's checkpoint, in one transaction (``put_step``), not before it. Whatever stops
+        the step first must ``flush()`` them."""
+        self._hold = self._batch is not None
+
+    def flush(self) -> None:
+        """Store the writes held for a checkpoint that will not be made (the run stopped).
+
+        Raises:
+            SerializationError: a value the saver cannot store, naming its node and channel.
+        """
+        held, self._held = self._held, []
+        if held:
+            self._put_batch(held)
+
+    def _put_step(self, stored: Checkpoint, changed: Mapping[str, Any]) -> dict[str, Any]:
+        """Store the held writes and ``stored`` after them, together when the saver can."""
+        assert self.saver is not None
+        if self._held and self.config != self._saved_config:
+            self.flush()  # (held against another checkpoint than the parent: not one step)
+        held = [(w, t, p) for t, p, w, _, _ in self._held]
+        try:
+            config = put_step(self.saver, self._saved_config, held, stored, self.metadata, changed)
+        except SerializationError:
+            if not held:
+                raise
+            self.flush()  # raises naming the write's node and channel if a write is at fault
+            config = self.saver.put(self._saved_config, stored, self.metadata, changed)
+        self._held = []
+        return config
+
+    def _put_batch(self, batch: list[_Recorded]) -> None:
         assert self.saver is not None
         try:
             put_writes_batch(self.saver, self.config, [(w, t, p) for t, p, w, _, _ in batch])

@@ -427,6 +427,8 @@ class SuperstepLoop:
                         # would redo it).
                         if handle is not None and not is_invalid_resume(error):
                             handle.cancel()
+                if not left and failure is None and not paused:
+                    self.ledger.hold()  # the step is done: stored with its checkpoint
         if failure is not None:
             self.stream.flush()  # the failed task's result is streamed before the error
             raise failure
@@ -667,7 +669,9 @@ class SuperstepLoop:
         return Outcome(stream.read_channels(self.channels, self.stream.keys), (), self.status)
 
     def _exit(self, *, failed: bool) -> None:
-        """Under ``durability="exit"``, store the final checkpoint and writes now."""
+        """Store the writes held for a checkpoint the run did not make; under
+        ``durability="exit"``, store the final checkpoint and writes now."""
+        self.ledger.flush()
         if self.saver is None or self.options.durability != "exit":
             return
         if self.nesting is not None and not failed and NS_END in self.checkpoint_ns:

@@ -246,6 +246,36 @@ def test_a_batch_with_a_value_it_cannot_store_stores_none(saver: PostgresSaver) 
     assert [w for w in found.pending_writes if w[0].startswith("t-")] == []
 
 
+def test_a_steps_last_writes_and_its_checkpoint_are_stored_together(
+    saver: PostgresSaver,
+) -> None:
+    config = put_steps(saver, 1)
+    batch = [([("a", "last")], "t-last", "p"), ([(ERROR, "boom")], "t-err", "q")]
+    child = saver.put_step(config, batch, checkpoint(1, {"a": 1}, {"a": 2}), {"step": 1}, {"a": 2})
+    stored = saver.get_tuple(config)
+    assert stored is not None
+    writes = sorted(w for w in stored.pending_writes if w[0].startswith("t-"))
+    assert writes == [("t-err", ERROR, "boom"), ("t-last", "a", "last")]
+    head = saver.get_tuple(thread())
+    assert head is not None
+    assert head.config == child
+    assert head.parent_config == config
+    assert head.checkpoint.channel_values == {"a": 1}
+
+
+def test_a_step_a_stale_coordinator_commits_stores_neither_part(saver: PostgresSaver) -> None:
+    stale = saver.fenced("t1", saver.acquire_lease("t1", "a", 30) or 0)
+    config = stale.put(thread(), checkpoint(0, {"a": 0}, {"a": 1}), {}, {"a": 1})
+    expire(saver, "t1")
+    assert saver.acquire_lease("t1", "b", 30) == 2
+    before = counts(saver)
+    with pytest.raises(LeaseLostError, match="another coordinator took it over"):
+        stale.put_step(
+            config, [([("a", "x")], "t-x", "")], checkpoint(1, {"a": 1}, {"a": 2}), {}, {"a": 2}
+        )
+    assert counts(saver) == before
+
+
 def test_metadata_with_nul_is_refused(saver: PostgresSaver) -> None:
     with pytest.raises(SerializationError, match="NUL character"):
         saver.put(thread(), checkpoint(0, {}, {}), {"note": "a\x00b"}, {})

@@ -1,6 +1,7 @@
 """The results a step has gathered are stored together: one ``put_writes_batch`` per batch
-where the saver has it, ``put_writes`` per task where it has not; the same writes either way,
-and a value no saver can store still named with its node and channel."""
+where the saver has it, ``put_writes`` per task where it has not; the step's last results with
+its checkpoint (``put_step``) where the saver can; the same writes either way, a value no saver
+can store still named with its node and channel, and writes a step could not apply stored."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 
 from bulksync.checkpoint.base import TaskWrites
 from bulksync.checkpoint.memory import InMemorySaver
-from bulksync.errors import SerializationError
-from bulksync.graph import START, StateGraph
+from bulksync.errors import InvalidUpdateError, SerializationError
+from bulksync.graph import END, START, StateGraph
 from bulksync.types import Send
 
 TASKS = 20
@@ -40,6 +41,27 @@ class BatchingSaver(InMemorySaver):
         self.batches.append([task_id for _, task_id, _ in batch])
         for writes, task_id, path in batch:
             InMemorySaver.put_writes(self, config, writes, task_id, path)
+
+
+class StepSaver(BatchingSaver):
+    """A batching saver that also stores a step's last writes with its checkpoint."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps: list[list[str]] = []
+
+    def put_step(
+        self,
+        config: Any,
+        batch: Sequence[TaskWrites],
+        checkpoint: Any,
+        metadata: Any,
+        new_versions: Any,
+    ) -> Any:
+        self.steps.append([task_id for _, task_id, _ in batch])
+        for writes, task_id, path in batch:
+            InMemorySaver.put_writes(self, config, writes, task_id, path)
+        return self.put(config, checkpoint, metadata, new_versions)
 
 
 def _fanout(saver: Any, value: Any = None) -> Any:
@@ -76,3 +98,38 @@ def test_a_value_no_saver_can_store_names_its_node(saver: type[InMemorySaver]) -
     graph = _fanout(saver(), value=threading.Lock())
     with pytest.raises(SerializationError, match="node 'work'"):
         graph.invoke({"out": []}, {"configurable": {"thread_id": "bad"}})
+
+
+def test_a_steps_last_results_are_stored_with_its_checkpoint() -> None:
+    saver = StepSaver()
+    config = {"configurable": {"thread_id": "steps"}}
+    assert _fanout(saver).invoke({"out": []}, config) == {"out": list(range(TASKS))}
+    stored = [t for batch in saver.batches for t in batch] + [t for s in saver.steps for t in s]
+    assert len(stored) == len(set(stored)) == TASKS + 1  # each task's writes stored once
+    # The input's checkpoint has no writes; each step's last ones go with its checkpoint.
+    assert [bool(step) for step in saver.steps] == [False, True, True]
+    history = list(_fanout(saver).get_state_history(config))
+    sent = next(s for s in history if s.next == ("work",) * TASKS)
+    assert sorted(t.result["out"][0] for t in sent.tasks) == list(range(TASKS))
+
+
+class Plain(TypedDict):
+    x: int
+
+
+@pytest.mark.parametrize("saver", [InMemorySaver, StepSaver])
+def test_writes_a_step_cannot_apply_are_stored(saver: type[InMemorySaver]) -> None:
+    b = StateGraph(Plain)
+    b.add_node("a", lambda s: {"x": 1})
+    b.add_node("b", lambda s: {"x": 2})
+    b.add_edge(START, "a")
+    b.add_edge(START, "b")
+    b.add_edge("a", END)
+    b.add_edge("b", END)
+    store = saver()
+    config = {"configurable": {"thread_id": "conflict"}}
+    with pytest.raises(InvalidUpdateError):
+        b.compile(checkpointer=store).invoke({"x": 0}, config)
+    head = store.get_tuple(config)
+    assert head is not None
+    assert sorted(v for _, c, v in head.pending_writes if c == "x") == [1, 2]
