@@ -86,6 +86,9 @@ class NodeSpec:
     """Reuse the writes of an earlier task with the same input (``compile(cache=...)``)."""
     cache_ns: tuple[str, ...] = ()
     """The cache namespace of the node's results (``cached.py``)."""
+    bookkeeping: bool = False
+    """The node runs no user code (``START`` mapping the input to the state's channels): a
+    cluster executor runs its tasks where the step is planned, not through a worker."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

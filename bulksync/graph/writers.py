@@ -301,12 +301,13 @@ def compile_nodes(
     """
     channels, triggers, edge_writes = trigger_layout(builder)
     names = frozenset(builder.nodes)
+    start_branches = _branch_readers(builder, START)
     start_writer = StateNodeWriter(
         START,
         StateKeys(tuple(builder.schemas[builder.input_schema]), strict=False, silent=True),
         names,
         tuple(edge_writes[START]),
-        _branch_readers(builder, START),
+        start_branches,
         strict,
     )
     nodes = {
@@ -317,6 +318,8 @@ def compile_nodes(
             run=_passthrough,
             writer=start_writer,
             tags=(HIDDEN_TAG,),
+            # A conditional edge from START is the user's function: it runs on a worker.
+            bookkeeping=not start_branches,
         )
     }
     all_keys = tuple(builder.channels)

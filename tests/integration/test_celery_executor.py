@@ -191,6 +191,21 @@ def test_thousand_way_send_fan_out_in_task_path_order(cluster: Any, published: P
     assert len(tasks) == len(set(tasks)) == 1 + 1000 + 1  # __start__, the squares, total
 
 
+def test_start_maps_the_input_here_unless_a_branch_of_the_users_leaves_it(
+    cluster: Any, published: Published
+) -> None:
+    b = StateGraph(Log)
+    b.add_node("first", lambda s: {"log": ["first"]})
+    b.add_node("second", lambda s: {"log": ["second"]})
+    b.add_edge(START, "first")
+    b.add_edge("first", "second")
+    graph = b.compile()
+    out = attach(cluster, graph, published).invoke({"log": ["in"]})
+    assert out == graph.invoke({"log": ["in"]}) == {"log": ["in", "first", "second"]}
+    # No worker round trip for START's bookkeeping: one message per node that ran.
+    assert [m.name.rpartition(".")[2] for m in published.messages] == ["first", "second"]
+
+
 def test_claim_check_keeps_messages_small(cluster: Any, published: Published) -> None:
     graph = squares_graph(500, payload=2000)
     blob = "x" * 5_000_000
@@ -249,12 +264,8 @@ def test_tasks_are_named_per_node_and_describe_ids_never_state(
     assert out == graph.invoke({"log": [], "note": secret}, {"configurable": {"thread_id": "x"}})
 
     gid = published.prefix[:-1]
-    assert [m.name for m in published.messages] == [
-        f"{gid}.__start__",
-        f"{gid}.outer_step",
-        f"{gid}.sub.__start__",
-        f"{gid}.sub.inner_step",
-    ]
+    # (START only maps the input here: the coordinator does that, no message for it.)
+    assert [m.name for m in published.messages] == [f"{gid}.outer_step", f"{gid}.sub.inner_step"]
     for m, descs in zip(published.messages, published.descriptors, strict=True):
         node = m.name.rsplit(".", 1)[1]
         described = m.headers["argsrepr"]

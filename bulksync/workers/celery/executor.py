@@ -40,7 +40,7 @@ import redis
 from celery import Celery
 
 from bulksync import keys, logs
-from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
+from bulksync.coordinator.executor import StepHandle, StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import (
@@ -61,6 +61,7 @@ from bulksync.workers.celery.coordinator_saver import serve
 from bulksync.workers.celery.gatherer import Gatherer
 from bulksync.workers.celery.node_task import MESSAGE_HEADER
 from bulksync.workers.celery.progress import progress_chunk, waiting_queues
+from bulksync.workers.execute import run_task
 from bulksync.workers.registry import task_name, walk_specs
 
 log = logging.getLogger(__name__)
@@ -111,18 +112,35 @@ class CeleryExecutor:
         live: StepLive,
         tasks: Sequence[Task],
         deliver: Callable[[TaskResult], None],
-    ) -> CeleryStep:
-        """Publish ``tasks``; a gatherer thread delivers their results as they arrive."""
+    ) -> StepHandle:
+        """Publish ``tasks``; a gatherer thread delivers their results as they arrive.
+
+        Bookkeeping tasks (``NodeSpec.bookkeeping``: no user code) run here instead, after
+        the others are published: a worker round trip would cost more than the task.
+        """
         path = self._paths.get(id(spec))
         if path is None:
             raise UnknownGraphError(
                 f"graph '{spec.name}' is not part of '{self.graph_id}'; give each graph its "
                 "own CeleryExecutor."
             )
-        run_id = str(step.config.get("run_id") or "")
-        handle = CeleryStep(self, spec, step, live, tasks, deliver, run_id)
-        handle.start(path)
+        here = [t for t in tasks if spec.nodes[t.name].bookkeeping]
+        remote = [t for t in tasks if not spec.nodes[t.name].bookkeeping] if here else tasks
+        handle: StepHandle = _Finished()
+        if remote:
+            run_id = str(step.config.get("run_id") or "")
+            handle = CeleryStep(self, spec, step, live, remote, deliver, run_id)
+            handle.start(path)
+        for task in here:
+            deliver(run_task(spec, task, step, live))
         return handle
+
+
+class _Finished:
+    """The handle of a step whose tasks all ran in this process: nothing left to cancel."""
+
+    def cancel(self) -> None:
+        """Nothing runs elsewhere."""
 
 
 class CeleryStep:
