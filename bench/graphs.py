@@ -8,7 +8,9 @@
 - ``loop``: one node ``tick`` adds 1 to ``i`` and loops on itself through a conditional edge
   until ``i == n``: ``n`` sequential supersteps with a tiny state;
 - ``io_fanout`` and ``aio_fanout``: the fan-out of tasks that wait (``time.sleep`` in a sync
-  node, ``asyncio.sleep`` in an async one), the shape of model and tool calls.
+  node, ``asyncio.sleep`` in an async one), the shape of model and tool calls;
+- ``line``: ``START`` → ``a`` → ``b`` → ``c`` → ``END``, each node adding its name to
+  ``path``: one small run, end to end.
 
 The module also defines the raw Celery baseline task, ``bench.raw_celery`` (one ``RPUSH`` per
 task). ``bulksync worker`` imports only ``--graph`` modules and builds its Celery app after
@@ -179,10 +181,48 @@ def waiting_input(n: int, seconds: float) -> dict[str, Any]:
     return {"n": n, "wait": seconds, "out": []}
 
 
+class LineState(TypedDict):
+    """The nodes a run went through, in order."""
+
+    path: Annotated[list[str], operator.add]
+
+
+LINE_INPUT: Final = {"path": []}
+LINE_OUTPUT: Final = {"path": ["a", "b", "c"]}
+
+
+def a(state: LineState) -> dict[str, Any]:
+    """The first of three trivial nodes."""
+    return {"path": ["a"]}
+
+
+def b(state: LineState) -> dict[str, Any]:
+    """The second."""
+    return {"path": ["b"]}
+
+
+def c(state: LineState) -> dict[str, Any]:
+    """The third."""
+    return {"path": ["c"]}
+
+
+def line_builder(api: Api) -> Any:
+    """``START`` → ``a`` → ``b`` → ``c`` → ``END``, uncompiled."""
+    builder = api.StateGraph(LineState)
+    for node in (a, b, c):
+        builder.add_node(node.__name__, node)
+    builder.add_edge(api.START, "a")
+    builder.add_edge("a", "b")
+    builder.add_edge("b", "c")
+    builder.add_edge("c", api.END)
+    return builder
+
+
 fanout = fanout_builder(BULKSYNC).compile()
 loop = loop_builder(BULKSYNC).compile()
 io_fanout = waiting_builder(BULKSYNC, wait).compile()
 aio_fanout = waiting_builder(BULKSYNC, await_).compile()
+line = line_builder(BULKSYNC).compile()
 
 _clients: dict[int, redis.Redis] = {}
 

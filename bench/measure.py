@@ -121,6 +121,28 @@ def raw_celery_fanout(app: Any, redis_url: str, n: int) -> Callable[[], None]:
     return run
 
 
+def raw_celery_round_trips(app: Any, redis_url: str, n: int) -> Callable[[], None]:
+    """``n`` raw tasks one after another: publish one, ``BLPOP`` its report, publish the next.
+
+    The floor of a sequential step on a cluster: one Celery round trip (the same workers,
+    task events on, as bulksync's app has them) with nothing of bulksync in it.
+    """
+    client = redis.Redis.from_url(redis_url)
+
+    def run() -> None:
+        key = f"bench:rt:{uuid.uuid4().hex}"
+        try:
+            for i in range(n):
+                app.send_task(graphs.RAW_TASK, args=(redis_url, key, i))
+                item = client.blpop([key], timeout=GATHER_TIMEOUT)
+                if item is None or int(item[1]) != i:
+                    raise BenchError(f"raw Celery round trip {i}: got {item!r}")
+        finally:
+            client.delete(key)
+
+    return run
+
+
 # -- sequential -------------------------------------------------------------------------
 
 
@@ -148,3 +170,42 @@ def fresh_schema(database_url: str, name: str) -> Iterator[str]:
     finally:
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
+# -- whole runs -------------------------------------------------------------------------
+
+
+def line_runs(graph: Any, n: int) -> Callable[[], None]:
+    """``n`` runs of the three-node line graph, one after another, each on a new thread."""
+
+    def run() -> None:
+        for _ in range(n):
+            config = {"configurable": {"thread_id": f"bench-{uuid.uuid4().hex}"}}
+            out = graph.invoke(graphs.LINE_INPUT, config)
+            if out != graphs.LINE_OUTPUT:
+                raise BenchError(f"line run ended with {out}")
+
+    return run
+
+
+def detached_line_runs(client: Any, graph_id: str, n: int, *, at_once: bool) -> Callable[[], None]:
+    """``n`` line runs submitted to the coordinator service: each waited for before the next
+    is submitted, or (``at_once``) all submitted, then all waited for."""
+
+    def finish(run_id: str) -> None:
+        run = client.wait(run_id, timeout=GATHER_TIMEOUT)
+        if run.status != "success" or run.output != graphs.LINE_OUTPUT:
+            raise BenchError(f"detached run {run_id}: {run.status}, {run.output!r} {run.error}")
+
+    def submit() -> str:
+        return str(client.submit(graph_id, graphs.LINE_INPUT, thread_id=uuid.uuid4().hex))
+
+    def run() -> None:
+        if not at_once:
+            for _ in range(n):
+                finish(submit())
+            return
+        for run_id in [submit() for _ in range(n)]:
+            finish(run_id)
+
+    return run

@@ -9,16 +9,22 @@ measures, interleaving the contenders round by round:
    no checkpointer);
 2. the per-step time of a ``--steps``-step sequential graph through bulksync (attached
    ``CeleryExecutor`` + bulksync ``PostgresSaver``, a durable commit each step) vs LangGraph
-   with its ``PostgresSaver``, each saver in a fresh schema and each run on a fresh thread;
+   with its ``PostgresSaver``, each saver in a fresh schema and each run on a fresh thread,
+   and vs the floor: a raw Celery round trip on the same workers plus the commit's cost;
 3. an ``--io``-way fan-out of tasks that wait ``--io-wait`` seconds (sync and async nodes)
    on ``--workers`` thread-pool workers of their own (``--io-concurrency`` threads each) vs
    in-process LangGraph (defaults, ``max_concurrency=100``, and async) and the physical
-   limit of one task per pool thread.
+   limit of one task per pool thread;
+4. whole runs of a three-node graph: ``--e2e`` runs one after another, attached
+   (``CeleryExecutor`` + ``PostgresSaver``) and detached (``Client.submit`` + ``wait`` on a
+   ``bulksync coordinator`` process) vs in-process LangGraph and vs the floor (three raw
+   Celery round trips plus the commits' cost); then ``--runs`` runs submitted at once to
+   the coordinator vs as many in-process LangGraph runs, in runs per second.
 
 It prints the command to reproduce, the machine, every figure and the ratios, and stops the
 workers at the end, on errors and on Ctrl-C. Service URLs come from ``BULKSYNC_*`` variables
-(the database defaults to the local ``test`` database). A ``--fanout 0``, ``--steps 0`` or
-``--io 0`` skips that part.
+(the database defaults to the local ``test`` database). A ``--fanout 0``, ``--steps 0``,
+``--io 0`` or ``--e2e 0`` skips that part (``--runs 0`` its second half).
 """
 
 from __future__ import annotations
@@ -38,8 +44,18 @@ from importlib import metadata
 from typing import Any, Final
 
 from bench import graphs
-from bench.measure import Timing, compare, fresh_schema, graph_fanout, raw_celery_fanout, sequential
-from bench.workers import Workers, WorkerStartError
+from bench.measure import (
+    Timing,
+    compare,
+    detached_line_runs,
+    fresh_schema,
+    graph_fanout,
+    line_runs,
+    raw_celery_fanout,
+    raw_celery_round_trips,
+    sequential,
+)
+from bench.workers import CoordinatorProcess, Workers, WorkerStartError
 from bulksync.errors import ServiceUnavailableError
 from bulksync.settings import Settings, redact
 
@@ -75,6 +91,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=50,
         help="threads of each part-3 worker, --pool threads (default 50)",
     )
+    parser.add_argument(
+        "--e2e", type=count, default=20, help="whole runs one after another, part 4 (default 20)"
+    )
+    parser.add_argument(
+        "--runs", type=count, default=200, help="runs submitted at once, part 4 (default 200)"
+    )
     args = parser.parse_args(argv)
     if args.workers < 1 or args.repeat < 1:
         parser.error("--workers and --repeat must be at least 1")
@@ -99,6 +121,7 @@ def reproduce(args: argparse.Namespace) -> str:
     flags = ["--fanout", args.fanout, "--steps", args.steps, "--workers", args.workers]
     flags += ["--repeat", args.repeat, "--warmup", args.warmup]
     flags += ["--io", args.io, "--io-wait", args.io_wait, "--io-concurrency", args.io_concurrency]
+    flags += ["--e2e", args.e2e, "--runs", args.runs]
     return " ".join([*env, "python -m bench.run", *map(str, flags)])
 
 
@@ -284,16 +307,98 @@ def run_sequential(args: argparse.Namespace, settings: Settings, app: Any) -> di
                 "context: bulksync in-process LocalExecutor, no checkpointer": sequential(
                     graphs.loop, steps, None
                 ),
+                "context: raw Celery round trip, one task after another": raw_celery_round_trips(
+                    app, settings.redis_url, steps
+                ),
             },
             args.repeat,
             args.warmup,
         )
     show(timings, per=steps, unit="ms")
-    bs, lg_sync, lg_async, *_ = timings.values()
+    bs, lg_sync, lg_async, _, _, local_pg, local, raw = timings.values()
     print("  ratios of medians (time; lower is better for bulksync):")
     ratio("bulksync Celery+PG / LangGraph PG sync", bs, lg_sync, "DESIGN §8 target: <= 2.00")
     ratio("bulksync Celery+PG / LangGraph PG default", bs, lg_async, "(context)")
+    # The floor of a step on this cluster: one raw Celery round trip plus what the step's
+    # Postgres commit adds in-process.
+    floor = Timing("floor", [raw.median + max(0.0, local_pg.median - local.median)])
+    ratio("bulksync Celery+PG / (raw round trip + commit)", bs, floor, "(context: the floor)")
     return timings
+
+
+def run_end_to_end(args: argparse.Namespace, settings: Settings, app: Any) -> None:
+    """Part 4: whole runs, attached and detached, one by one and at once."""
+    from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
+
+    from bulksync.checkpoint.postgres import PostgresSaver
+    from bulksync.client import Client
+    from bulksync.workers.celery.executor import CeleryExecutor
+
+    n, tag, db = args.e2e, uuid.uuid4().hex[:8], settings.database_url
+    graph_id = "bench.graphs:line"
+    with (
+        fresh_schema(db, f"bench_{tag}_attached") as attached_url,
+        fresh_schema(db, f"bench_{tag}_service") as service_url,
+        fresh_schema(db, f"bench_{tag}_langgraph") as lg_url,
+        PostgresSaver.from_conn_string(attached_url) as saver,
+        LangGraphPostgresSaver.from_conn_string(lg_url) as lg_saver,
+        CoordinatorProcess(settings, service_url) as coordinator,
+        Client(dataclasses.replace(settings, database_url=service_url)) as client,
+    ):
+        print("\n4. whole runs of START -> a -> b -> c -> END, each on a new thread")
+        print(f"   coordinator: {coordinator.describe()} (its own schema)")
+        saver.setup()
+        lg_saver.setup()
+        local_pg = graphs.line_builder(graphs.BULKSYNC).compile(checkpointer=saver)
+        attached = local_pg.with_executor(CeleryExecutor(settings, graph_id, local_pg, app=app))
+        lg_line = graphs.line_builder(graphs.langgraph_api()).compile()
+        lg_pg = graphs.line_builder(graphs.langgraph_api()).compile(checkpointer=lg_saver)
+        print(f"   {n} runs one after another: time per run, median of {args.repeat}")
+        timings = compare(
+            {
+                "bulksync attached (CeleryExecutor + PostgresSaver)": line_runs(attached, n),
+                "bulksync detached (Client.submit + wait, coordinator)": detached_line_runs(
+                    client, graph_id, n, at_once=False
+                ),
+                "LangGraph in-process (defaults, no checkpointer)": line_runs(lg_line, n),
+                "context: raw Celery round trips, 3 one after another": raw_celery_round_trips(
+                    app, settings.redis_url, 3 * n
+                ),
+                "context: bulksync in-process + PostgresSaver": line_runs(local_pg, n),
+                "context: bulksync in-process, no checkpointer": line_runs(graphs.line, n),
+            },
+            args.repeat,
+            args.warmup,
+        )
+        show(timings, per=n, unit="ms")
+        bs, detached, lg, raw, in_pg, in_bare = timings.values()
+        floor = Timing("floor", [raw.median + max(0.0, in_pg.median - in_bare.median)])
+        print("  ratios of medians (time; lower is better for bulksync):")
+        ratio("attached / (raw round trips + commits)", bs, floor, "issue 10 target: <= 1.30")
+        ratio("detached / attached", detached, bs, "issue 10 target: <= 1.20")
+        ratio("attached / LangGraph in-process", bs, lg, "(context)")
+        ratio("detached / LangGraph in-process", detached, lg, "(context)")
+        if not args.runs:
+            return
+        m = args.runs
+        print(f"\n   {m} runs submitted at once vs {m} in-process one after another, in runs")
+        print(f"   per second (median of {args.repeat})")
+        many = compare(
+            {
+                f"bulksync detached, {m} submitted at once": detached_line_runs(
+                    client, graph_id, m, at_once=True
+                ),
+                f"LangGraph in-process, {m} one after another": line_runs(lg_line, m),
+                "context: the same with its PostgresSaver": line_runs(lg_pg, m),
+            },
+            args.repeat,
+            args.warmup,
+        )
+        for label, t in many.items():
+            print(f"  {label:<48}  {m / t.median:9.1f} runs/s  ({t.median:.3f} s)")
+        at_once, lg_many, _ = many.values()
+        print("  ratio of medians (runs per second; higher is better for bulksync):")
+        ratio("bulksync runs/s / LangGraph runs/s", lg_many, at_once, "issue 10 target: >= 1.00")
 
 
 def check_services(settings: Settings, app: Any, *, postgres: bool) -> None:
@@ -348,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"load average at start: {load()}")
     app = make_app(settings)
     try:
-        check_services(settings, app, postgres=args.steps > 0 or args.fanout > 0)
+        check_services(settings, app, postgres=args.steps > 0 or args.fanout > 0 or args.e2e > 0)
     except ServiceUnavailableError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 2
@@ -361,6 +466,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 run_fanout(args, settings, app)
             if args.steps:
                 run_sequential(args, settings, app)
+            if args.e2e:
+                run_end_to_end(args, settings, app)
         if args.io:
             waiting = dataclasses.replace(settings, queue=f"{settings.queue}-io")
             io_workers = Workers(

@@ -6,6 +6,7 @@ The benchmark itself (``python -m bench.run``) starts workers and is never run b
 from __future__ import annotations
 
 import asyncio
+import types
 import uuid
 from typing import Any
 
@@ -47,11 +48,19 @@ def test_waiting_graph_gives_langgraphs_answer(langgraph: graphs.Api, node: Any)
     assert out["out"] == list(range(5))
 
 
+def test_line_graph_gives_langgraphs_answer(langgraph: graphs.Api) -> None:
+    ours = graphs.line_builder(graphs.BULKSYNC).compile()
+    theirs = graphs.line_builder(langgraph).compile()
+    out = ours.invoke(graphs.LINE_INPUT)
+    assert out == theirs.invoke(graphs.LINE_INPUT) == graphs.LINE_OUTPUT
+    measure.line_runs(ours, 2)()  # checks each answer
+
+
 def test_module_graphs_are_what_workers_load() -> None:
     from bulksync.workers.registry import GraphRegistry
 
     registry = GraphRegistry()
-    loaded = ["aio_fanout", "fanout", "io_fanout", "loop"]
+    loaded = ["aio_fanout", "fanout", "io_fanout", "line", "loop"]
     assert registry.load("bench.graphs") == [f"bench.graphs:{name}" for name in loaded]
 
 
@@ -64,6 +73,21 @@ def test_measured_runs_check_their_answers() -> None:
         measure.graph_fanout(Wrong(), 3)()
     with pytest.raises(measure.BenchError, match="loop of 3 steps"):
         measure.sequential(Wrong(), 3, None)()
+    with pytest.raises(measure.BenchError, match="line run ended with"):
+        measure.line_runs(Wrong(), 1)()
+
+
+@pytest.mark.parametrize("at_once", [False, True])
+def test_detached_runs_check_their_answers(at_once: bool) -> None:
+    class Failing:
+        def submit(self, graph_id: str, value: Any, *, thread_id: str) -> str:
+            return "run-1"
+
+        def wait(self, run_id: str, timeout: float) -> Any:
+            return types.SimpleNamespace(status="error", output=None, error="boom")
+
+    with pytest.raises(measure.BenchError, match="detached run run-1: error, None boom"):
+        measure.detached_line_runs(Failing(), "bench.graphs:line", 2, at_once=at_once)()
 
 
 def test_compare_times_every_contender_each_round() -> None:
@@ -81,6 +105,8 @@ def test_command_line_defaults_and_reproduction() -> None:
     assert "python -m bench.run --fanout 1000 --steps 100 --workers 2" in run.reproduce(args)
     assert (args.io, args.io_wait, args.io_concurrency) == (1000, 0.05, 50)
     assert "--io 1000 --io-wait 0.05 --io-concurrency 50" in run.reproduce(args)
+    assert (args.e2e, args.runs) == (20, 200)
+    assert "--e2e 20 --runs 200" in run.reproduce(args)
     with pytest.raises(SystemExit):
         run.parse_args(["--workers", "0"])
 
