@@ -13,6 +13,7 @@
     ├── NodeCancelledError                             a node raised asyncio.CancelledError
     ├── NodeTimeoutError                               an attempt outran its TimeoutPolicy
     ├── EmptyChannelError
+    ├── CheckpointError                                stored rows that cannot make a checkpoint
     ├── ConfigError                (also ValueError)   a setting, argument or option
     │   └── UsageError                                 the command line, shown as one line
     ├── ServiceError               (also ConnectionError)
@@ -269,6 +270,10 @@ class ThreadBusyError(BulkSyncError):
 
 class UnservedGraphError(BulkSyncError, LookupError):
     """Raised when a run is submitted for a graph id that no live coordinator serves."""
+
+
+class CheckpointError(BulkSyncError):
+    """Raised when a saver's stored rows cannot make up a checkpoint (a row it needs is gone)."""
 
 
 class ConfigError(BulkSyncError, ValueError):

@@ -5,7 +5,7 @@ on every saver, and what reads back here reads back the same from SQLite or Post
 mirroring the SQL savers' tables::
 
     checkpoints  (thread, ns) -> {checkpoint id: (record bytes, metadata, parent id, versions)}
-    blobs        (thread, ns, channel, version) -> value bytes, or None for "empty"
+    blobs        (thread, ns, channel) -> {version: value bytes, or None for "empty"}
     writes       (thread, ns, checkpoint id) -> {(task id, idx): (channel, bytes, task path)}
 
 One lock guards all three, so the saver may be shared by the executor's threads.
@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from bulksync.checkpoint.appends import Chains
 from bulksync.checkpoint.async_methods import AsyncSaverMethods
 from bulksync.checkpoint.base import (
     Checkpoint,
@@ -72,7 +73,8 @@ class InMemorySaver(AsyncSaverMethods):
         self.serde: Serde = serde if serde is not None else MsgpackSerde()
         self._lock = threading.Lock()
         self._checkpoints: dict[tuple[str, str], dict[str, _Stored]] = {}
-        self._blobs: dict[tuple[str, str, str, int], bytes | None] = {}
+        # (thread, ns, channel) -> version -> value bytes (None: empty at that version)
+        self._blobs: dict[tuple[str, str, str], dict[int, bytes | None]] = {}
         self._writes: dict[_Key, dict[tuple[str, int], _Write]] = {}
 
     def get_tuple(self, config: Mapping[str, Any]) -> CheckpointTuple | None:
@@ -109,8 +111,9 @@ class InMemorySaver(AsyncSaverMethods):
                 stored = self._checkpoints[key[:2]][key[2]]
                 if metadata_matches(stored.metadata, filter):
                     raws.append(self._snapshot(key, stored))
+        chains = Chains(self.serde, self._versions)  # one per listing: versions rebuilt once
         for raw in raws:
-            yield self._decode(raw)
+            yield self._decode(raw, chains)
 
     def put(
         self,
@@ -126,7 +129,7 @@ class InMemorySaver(AsyncSaverMethods):
         """
         thread_id, ns, parent_id = config_thread(config)
         blobs = {
-            (thread_id, ns, ch, version): (
+            (ch, version): (
                 stored_bytes(self.serde, checkpoint.channel_values[ch])
                 if ch in checkpoint.channel_values
                 else None
@@ -143,7 +146,8 @@ class InMemorySaver(AsyncSaverMethods):
         )
         with self._lock:
             # A (channel, version) written again replaces the value, as in the SQL savers.
-            self._blobs.update(blobs)
+            for (ch, version), blob in blobs.items():
+                self._blobs.setdefault((thread_id, ns, ch), {})[version] = blob
             self._checkpoints.setdefault((thread_id, ns), {})[checkpoint.id] = record
         return checkpoint_config(thread_id, ns, checkpoint.id)
 
@@ -205,7 +209,7 @@ class InMemorySaver(AsyncSaverMethods):
         """Copy out what ``_decode`` needs (lock held), so decoding runs without the lock."""
         thread_id, ns, _ = key
         blobs = {
-            ch: self._blobs.get((thread_id, ns, ch, version))
+            ch: self._blobs.get((thread_id, ns, ch), {}).get(version)
             for ch, version in stored.versions.items()
         }
         slots = self._writes.get(key, {})
@@ -213,9 +217,20 @@ class InMemorySaver(AsyncSaverMethods):
         writes = [(slot[0], *slots[slot][:2]) for slot in order]
         return _Raw(key, stored, blobs, writes)
 
-    def _decode(self, raw: _Raw) -> CheckpointTuple:
+    def _versions(self, thread_id: str, ns: str, channel: str) -> dict[int, bytes | None]:
+        """Every stored version of ``channel`` (what a delta's chain reads)."""
+        with self._lock:
+            return dict(self._blobs.get((thread_id, ns, channel), {}))
+
+    def _decode(self, raw: _Raw, chains: Chains | None = None) -> CheckpointTuple:
         thread_id, ns, checkpoint_id = raw.key
-        values = {ch: self.serde.loads(b) for ch, b in raw.blobs.items() if b is not None}
+        chains = chains or Chains(self.serde, self._versions)
+        versions = raw.stored.versions
+        values = {
+            ch: chains.value(thread_id, ns, ch, versions[ch], b)
+            for ch, b in raw.blobs.items()
+            if b is not None
+        }
         parent_id = raw.stored.parent_id
         return CheckpointTuple(
             config=checkpoint_config(thread_id, ns, checkpoint_id),

@@ -193,6 +193,8 @@ KEEP_FIRST_SQL = _PUT_WRITE_SQL + "NOTHING"
 KEEP_LAST_SQL = _PUT_WRITE_SQL + (
     "UPDATE SET channel = EXCLUDED.channel, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path"
 )
+VERSIONS_SQL = """SELECT version, blob FROM bulksync_checkpoint_blobs
+    WHERE thread_id = %s AND checkpoint_ns = %s AND channel = %s"""
 BLOBS_SQL = """SELECT k.i, b.channel, b.blob
     FROM unnest(%s::int[], %s::text[], %s::text[], %s::text[], %s::bigint[])
       AS k(i, thread_id, checkpoint_ns, channel, version)

@@ -60,6 +60,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from bulksync.checkpoint import pg_migrations as pgm
+from bulksync.checkpoint.appends import Chains
 from bulksync.checkpoint.async_methods import AsyncSaverMethods
 from bulksync.checkpoint.base import (
     Checkpoint,
@@ -417,10 +418,21 @@ class PostgresSaver(AsyncSaverMethods):
         writes: builtins.list[builtins.list[_Write]] = [[] for _ in rows]
         for i, *write in found_writes:
             writes[i].append((write[0], write[1], write[2], write[3], write[4]))
+        chains = Chains(self.serde, self._versions)
         return [
-            self._decode(row, ckpt, blobs[i], writes[i])
+            self._decode(row, ckpt, blobs[i], writes[i], chains)
             for i, (row, ckpt) in enumerate(zip(rows, checkpoints, strict=True))
         ]
+
+    def _versions(self, thread_id: str, ns: str, channel: str) -> dict[int, bytes | None]:
+        """Every stored version of ``channel`` (what a delta's chain reads)."""
+
+        def read() -> dict[int, bytes | None]:
+            with self._connection() as conn:
+                cur = conn.cursor(row_factory=tuple_row)
+                return dict(cur.execute(pgm.VERSIONS_SQL, (thread_id, ns, channel)).fetchall())
+
+        return self._retry(read, f"reading the versions of channel {channel!r}")
 
     def _decode(
         self,
@@ -428,9 +440,13 @@ class PostgresSaver(AsyncSaverMethods):
         checkpoint: Checkpoint,
         blobs: Mapping[str, bytes],
         writes: builtins.list[_Write],
+        chains: Chains,
     ) -> CheckpointTuple:
         thread_id, ns, checkpoint_id, parent_id, _, metadata = row
-        values = {ch: self.serde.loads(blob) for ch, blob in blobs.items()}
+        versions = checkpoint.channel_versions
+        values = {
+            ch: chains.value(thread_id, ns, ch, versions[ch], blob) for ch, blob in blobs.items()
+        }
         writes.sort(key=lambda w: writes_sort_key(w[4], w[0], w[1]))
         return CheckpointTuple(
             config=checkpoint_config(thread_id, ns, checkpoint_id),

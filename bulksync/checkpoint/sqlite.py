@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from bulksync.checkpoint.appends import Chains
 from bulksync.checkpoint.async_methods import AsyncSaverMethods
 from bulksync.checkpoint.base import (
     Checkpoint,
@@ -96,6 +97,9 @@ _BLOBS_SQL = """
      AND b.checkpoint_ns = json_extract(k.value, '$[2]')
      AND b.channel = json_extract(k.value, '$[3]')
      AND b.version = json_extract(k.value, '$[4]')"""
+_VERSIONS_SQL = """
+    SELECT version, blob FROM checkpoint_blobs
+    WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ?"""
 _WRITES_SQL = """
     SELECT json_extract(k.value, '$[0]'), w.task_id, w.idx, w.channel, w.blob, w.task_path
     FROM json_each(?) AS k JOIN checkpoint_writes AS w
@@ -275,10 +279,17 @@ class SqliteSaver(AsyncSaverMethods):
         writes: builtins.list[builtins.list[tuple[str, int, str, bytes, str]]] = [[] for _ in rows]
         for i, *write in found_writes:
             writes[i].append(tuple(write))
+        chains = Chains(self.serde, self._versions)
         return [
-            self._decode(row, ckpt, blobs[i], writes[i])
+            self._decode(row, ckpt, blobs[i], writes[i], chains)
             for i, (row, ckpt) in enumerate(zip(rows, checkpoints, strict=True))
         ]
+
+    def _versions(self, thread_id: str, ns: str, channel: str) -> dict[int, bytes | None]:
+        """Every stored version of ``channel`` (what a delta's chain reads)."""
+        with self._lock:
+            rows = self.conn.execute(_VERSIONS_SQL, (thread_id, ns, channel)).fetchall()
+        return dict(rows)
 
     def _decode(
         self,
@@ -286,9 +297,13 @@ class SqliteSaver(AsyncSaverMethods):
         checkpoint: Checkpoint,
         blobs: Mapping[str, bytes],
         writes: builtins.list[tuple[str, int, str, bytes, str]],
+        chains: Chains,
     ) -> CheckpointTuple:
         thread_id, ns, checkpoint_id, parent_id, _, metadata = row
-        values = {ch: self.serde.loads(blob) for ch, blob in blobs.items()}
+        versions = checkpoint.channel_versions
+        values = {
+            ch: chains.value(thread_id, ns, ch, versions[ch], blob) for ch, blob in blobs.items()
+        }
         writes.sort(key=lambda w: writes_sort_key(w[4], w[0], w[1]))
         return CheckpointTuple(
             config=checkpoint_config(thread_id, ns, checkpoint_id),

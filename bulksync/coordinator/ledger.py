@@ -8,7 +8,9 @@ until the run stops, when the last checkpoint and its writes are stored together
 A value is encoded once: a write that arrives as ``Encoded`` (a worker's bytes) is stored
 with those bytes, and becomes its ``LastValue`` channel's blob without being encoded again;
 any other changed channel value is encoded once per new version. The ledger keeps those
-bytes so that the next step's input ships them as they are (``with_bytes``).
+bytes so that the next step's input ships them as they are (``with_bytes``). A list that
+only appends to its stored value is stored as the items it appends (``appends.py``): a long
+chat costs each step its new messages, not the whole history again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from bulksync.channels.base import BaseChannel
 from bulksync.channels.last_value import LastValue
+from bulksync.checkpoint.appends import appended, delta
 from bulksync.checkpoint.base import (
     Checkpoint,
     CheckpointSaver,
@@ -177,6 +180,14 @@ class Ledger:
         # encoded writes by channel, and each channel's stored value at its version.
         self._write_bytes: dict[str, list[Encoded]] = {}
         self._channel_bytes: dict[str, tuple[Any, Encoded]] = {}
+        # Each list channel's items as the saver holds them, and at which version: a value
+        # that only appends to them is stored as what it appends (``appends.py``).
+        self._stored_items: dict[str, tuple[int, tuple[Any, ...]]] = {}
+        if saved is not None:
+            for chan, value in saved.checkpoint.channel_values.items():
+                version = saved.checkpoint.channel_versions.get(chan)
+                if type(value) is list and isinstance(version, int):
+                    self._stored_items[chan] = (version, tuple(value))
         # Writes recorded inside ``batched()``, stored together when it ends; those it held
         # for the step's checkpoint (``hold``), stored with it.
         self._batch: list[_Recorded] | None = None
@@ -353,18 +364,29 @@ class Ledger:
         result) is encoded here, once per new version. Both are kept for the next step.
         """
         assert self.saver is not None
+        serde = self.saver.serde
         written, self._write_bytes = self._write_bytes, {}
         values = dict(self.checkpoint.channel_values)
         for chan in changed:
+            before = self._stored_items.pop(chan, None)
             if chan not in values:
                 continue
             value = values[chan]
+            version = self.checkpoint.channel_versions.get(chan)
+            if type(value) is list and isinstance(version, int):
+                self._stored_items[chan] = (version, tuple(value))
+            items = appended(before[1], value) if before is not None else None
+            data = delta(serde, before[0], items) if before is not None and items else None
+            if data is not None:  # only the new items: the next step ships the whole value
+                values[chan] = Encoded(data, serde, value)
+                self._channel_bytes.pop(chan, None)
+                continue
             found = None
             if isinstance(channels.get(chan), LastValue):
                 found = next((e for e in written.get(chan, ()) if e.holds(value)), None)
-            encoded = found if found is not None else Encoded.of(self.saver.serde, value)
+            encoded = found if found is not None else Encoded.of(serde, value)
             values[chan] = encoded
-            self._channel_bytes[chan] = (self.checkpoint.channel_versions.get(chan), encoded)
+            self._channel_bytes[chan] = (version, encoded)
         return dataclasses.replace(self.checkpoint, channel_values=values)
 
     def store_at_exit(self, paths: Mapping[str, str]) -> None:

@@ -1,0 +1,115 @@
+"""Append-only channel values stored as what each version appended (``delta``).
+
+A chat's message list grows by a message or two a step. Storing the whole list again at each
+new version makes a thread's checkpoints quadratic in its length, and so does encoding it.
+When a channel's new value is its last stored value with items appended (the same objects,
+in order), the ledger stores only the new items, marked with the version they extend. A
+reader rebuilds the value by following that chain back to a full value (``Chains``).
+
+The whole list is stored again when its length reaches a power of two from ``SNAPSHOT_FROM``
+on. A read then follows at most about half the list's length of deltas, and the bytes stored
+per step stay a few items on average, however long the thread.
+
+A delta's bytes start with ``0xC1``, a byte msgpack never writes, followed by the serde's
+encoding of ``[base version, appended items]``: no full value is mistaken for one. Deltas
+are only written for values of bulksync's msgpack format (``MsgpackSerde``), whose bytes can
+never start so. Values are compared by identity: an item changed in place after it was
+stored is not stored again (state values are meant to be replaced, not mutated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+from bulksync.checkpoint.base import Serde
+from bulksync.errors import CheckpointError
+
+MARK: Final = b"\xc1"
+"""The first byte of a delta's bytes (never the first byte of a msgpack value)."""
+
+SNAPSHOT_FROM: Final = 64
+"""The list length from which a full value is stored at each power of two."""
+
+FORMAT: Final = "bulksync-msgpack"
+"""The serde format deltas are written for (``MsgpackSerde.format``)."""
+
+Fetch = Callable[[str, str, str], Mapping[int, bytes | None]]
+"""``(thread, ns, channel)`` → every stored version of that channel and its bytes."""
+
+
+def appended(before: Sequence[Any] | None, value: Any) -> list[Any] | None:
+    """The items ``value`` adds after ``before`` (the items of the stored value it follows),
+    or ``None`` when ``value`` must be stored whole: not a list, not an append, or a length
+    where a full value is due."""
+    if before is None or type(value) is not list or len(value) <= len(before):
+        return None
+    size = len(before)
+    if any(old is not new for old, new in zip(before, value[:size], strict=True)):
+        return None
+    if len(value) >= SNAPSHOT_FROM and len(value).bit_length() > size.bit_length():
+        return None
+    return value[size:]
+
+
+def delta(serde: Serde, base: int, items: list[Any]) -> bytes | None:
+    """The bytes storing ``items`` appended to the channel's value at version ``base``; None
+    when ``serde`` does not write bulksync's msgpack (then the value is stored whole)."""
+    if getattr(serde, "format", None) != FORMAT:
+        return None
+    return MARK + serde.dumps([base, items])
+
+
+def is_delta(blob: bytes | None) -> bool:
+    """Whether stored bytes are a delta (``delta``) rather than a whole value."""
+    return blob is not None and blob[:1] == MARK
+
+
+class Chains:
+    """Whole values from stored bytes, deltas included, for one read.
+
+    Each ``(thread, ns, channel)`` whose bytes hold a delta has its stored versions fetched
+    once (``fetch``), and each version is rebuilt once; every call gets a list of its own.
+    """
+
+    def __init__(self, serde: Serde, fetch: Fetch) -> None:
+        self.serde = serde
+        self._fetch = fetch
+        self._stored: dict[tuple[str, str, str], Mapping[int, bytes | None]] = {}
+        self._built: dict[tuple[str, str, str, int], list[Any]] = {}
+
+    def value(self, thread: str, ns: str, channel: str, version: int, blob: bytes) -> Any:
+        """The value stored as ``blob`` for ``channel`` at ``version``.
+
+        Raises:
+            CheckpointError: a version the chain needs is not stored (the thread's rows were
+                changed outside bulksync).
+        """
+        if not is_delta(blob):
+            return self.serde.loads(blob)
+        key = (thread, ns, channel)
+        path: list[tuple[int, list[Any]]] = []  # (version, its items), newest first
+        data: bytes | None = blob
+        while is_delta(data):
+            assert data is not None
+            if (*key, version) in self._built:
+                break
+            base, items = self.serde.loads(data[1:])
+            path.append((version, items))
+            stored = self._stored.get(key)
+            if stored is None:
+                stored = self._stored[key] = self._fetch(*key)
+            if base not in stored or stored[base] is None:
+                raise CheckpointError(
+                    f"thread {thread!r}: channel {channel!r} at version {version} extends "
+                    f"version {base}, which is not stored; the thread's checkpoint rows were "
+                    "changed outside bulksync"
+                )
+            version, data = base, stored[base]
+        built = self._built.get((*key, version))
+        if built is None:
+            assert data is not None
+            built = self._built[(*key, version)] = list(self.serde.loads(data))
+        for newer, items in reversed(path):
+            built = self._built[(*key, newer)] = built + items
+        return list(built)

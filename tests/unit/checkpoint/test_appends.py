@@ -1,0 +1,162 @@
+"""A list channel that only grows is stored as what each version appends, on every saver,
+and reads back exactly: the head, every checkpoint of the history, forks, later runs."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+
+from bulksync.checkpoint.appends import MARK, SNAPSHOT_FROM, Chains, appended, delta
+from bulksync.checkpoint.base import CheckpointSaver
+from bulksync.checkpoint.memory import InMemorySaver
+from bulksync.checkpoint.serde import MsgpackSerde
+from bulksync.errors import CheckpointError
+from bulksync.graph import END, START, StateGraph
+
+ITEM = "m" * 200  # a chat message's worth of bytes
+
+
+class Chat(TypedDict):
+    log: Annotated[list[str], operator.add]
+    turns: int
+
+
+def chat(saver: CheckpointSaver) -> Any:
+    """One node appending a message per step, ``turns`` steps a run."""
+
+    def say(state: Chat) -> dict[str, Any]:
+        return {"log": [f"{len(state['log'])}:{ITEM}"]}
+
+    b = StateGraph(Chat)
+    b.add_node("say", say)
+    b.add_edge(START, "say")
+    b.add_conditional_edges(
+        "say", lambda s: "say" if len(s["log"]) % s["turns"] else END, ["say", END]
+    )
+    return b.compile(checkpointer=saver)
+
+
+def expected(n: int) -> list[str]:
+    return [f"{i}:{ITEM}" for i in range(n)]
+
+
+def stored(saver: Any, thread: str, channel: str = "log") -> dict[int, bytes | None]:
+    return dict(saver._versions(thread, "", channel))
+
+
+def test_only_a_pure_append_is_a_delta() -> None:
+    a, b, c = object(), object(), object()
+    assert appended((a, b), [a, b, c]) == [c]
+    assert appended((a, b), [a, c, c]) is None  # an item replaced
+    assert appended((a, b), [a, b]) is None  # nothing appended
+    assert appended((a, b), (a, b, c)) is None  # not a list
+    assert appended(None, [a]) is None
+    full = [object() for _ in range(SNAPSHOT_FROM)]
+    assert appended(tuple(full[:-1]), full) is None  # a power of two from SNAPSHOT_FROM on
+    assert appended(tuple(full), [*full, a]) == [a]
+
+
+def test_deltas_are_written_for_bulksyncs_msgpack_only() -> None:
+    assert (delta(MsgpackSerde(), 7, ["x"]) or b"").startswith(MARK)
+
+    class Other:
+        def dumps(self, value: Any) -> bytes:
+            raise AssertionError("not asked")
+
+        def loads(self, data: bytes) -> Any:
+            raise AssertionError("not asked")
+
+    assert delta(Other(), 7, ["x"]) is None  # type: ignore[arg-type]
+
+
+def test_a_growing_list_stores_its_new_items_and_reads_back_exactly(
+    saver: CheckpointSaver,
+) -> None:
+    graph, config = chat(saver), {"configurable": {"thread_id": "chat"}}
+    graph.invoke({"log": [], "turns": 30}, config)
+    assert graph.get_state(config).values["log"] == expected(30)
+    # Each version after the first holds one message, not the whole log.
+    blobs = stored(saver, "chat")
+    deltas = [b for b in blobs.values() if b is not None and b.startswith(MARK)]
+    assert len(deltas) == 30
+    assert max(len(b) for b in deltas) < len(ITEM) + 64
+    # Every checkpoint of the history reads its own log.
+    for snapshot in graph.get_state_history(config):
+        size = len(snapshot.values.get("log", []))
+        assert snapshot.values.get("log", []) == expected(size)
+    # A later run on the thread goes on from the stored chain.
+    graph.invoke({"log": [], "turns": 40}, config)
+    assert graph.get_state(config).values["log"] == expected(40)
+    assert sum(1 for b in stored(saver, "chat").values() if b and b.startswith(MARK)) == 40
+
+
+def test_a_fork_appends_to_the_version_it_forks_from(saver: CheckpointSaver) -> None:
+    graph, config = chat(saver), {"configurable": {"thread_id": "fork"}}
+    graph.invoke({"log": [], "turns": 10}, config)
+    middle = next(s for s in graph.get_state_history(config) if len(s.values["log"]) == 4)
+    forked = graph.update_state(middle.config, {"log": ["forked"]})
+    assert graph.get_state(forked).values["log"] == [*expected(4), "forked"]
+    assert graph.get_state(config).values["log"] == [*expected(4), "forked"]  # the new head
+    assert graph.get_state(middle.config).values["log"] == expected(4)
+    old_head = next(s for s in graph.get_state_history(config) if len(s.values["log"]) == 10)
+    assert old_head.values["log"] == expected(10)
+
+
+def test_a_list_that_shrinks_or_changes_is_stored_whole(saver: CheckpointSaver) -> None:
+    class Plain(TypedDict):
+        items: list[str]
+
+    b = StateGraph(Plain)
+    b.add_node("grow", lambda s: {"items": [*s["items"], "c"]})
+    b.add_node("swap", lambda s: {"items": ["x", *s["items"][1:]]})
+    b.add_node("cut", lambda s: {"items": s["items"][:1]})
+    b.add_edge(START, "grow")
+    b.add_edge("grow", "swap")
+    b.add_edge("swap", "cut")
+    graph, config = b.compile(checkpointer=saver), {"configurable": {"thread_id": "plain"}}
+    assert graph.invoke({"items": ["a", "b"]}, config) == {"items": ["x"]}
+    history = [s.values.get("items") for s in graph.get_state_history(config)]
+    assert history == [["x"], ["x", "b", "c"], ["a", "b", "c"], ["a", "b"], None]
+
+
+def test_a_long_list_is_stored_whole_again_at_each_power_of_two() -> None:
+    saver = InMemorySaver()
+    graph, config = chat(saver), {"configurable": {"thread_id": "long"}}
+    graph.invoke({"log": expected(SNAPSHOT_FROM - 2), "turns": SNAPSHOT_FROM + 2}, config)
+    assert graph.get_state(config).values["log"] == expected(SNAPSHOT_FROM + 2)
+    kinds = [b[:1] == MARK for _, b in sorted(stored(saver, "long").items()) if b is not None]
+    assert kinds == [False, True, False, True, True]  # input, 1023, 1024 whole, 1025, 1026
+
+
+def test_a_chain_missing_a_version_is_an_error_naming_the_channel() -> None:
+    saver = InMemorySaver()
+    graph, config = chat(saver), {"configurable": {"thread_id": "broken"}}
+    graph.invoke({"log": [], "turns": 3}, config)
+    versions = saver._blobs[("broken", "", "log")]
+    first_delta = min(v for v, b in versions.items() if b is not None and b.startswith(MARK))
+    base, _ = MsgpackSerde().loads(versions[first_delta][1:])  # type: ignore[index]
+    del versions[base]
+    with pytest.raises(
+        CheckpointError,
+        match=r"channel 'log' at version \d+ extends version \d+, which is not stored",
+    ):
+        graph.get_state(config)
+
+
+def test_each_version_is_rebuilt_once_per_read() -> None:
+    serde, fetched = MsgpackSerde(), []
+    rows = {1: serde.dumps(["a"]), 2: delta(serde, 1, ["b"]), 3: delta(serde, 2, ["c"])}
+
+    def fetch(thread: str, ns: str, channel: str) -> dict[int, bytes | None]:
+        fetched.append(channel)
+        return dict(rows)
+
+    chains = Chains(serde, fetch)
+    first = chains.value("t", "", "log", 3, rows[3] or b"")
+    again = chains.value("t", "", "log", 2, rows[2] or b"")
+    assert (first, again) == (["a", "b", "c"], ["a", "b"])
+    assert fetched == ["log"]
+    first.append("mutated")  # every call gets a list of its own
+    assert chains.value("t", "", "log", 3, rows[3] or b"") == ["a", "b", "c"]
