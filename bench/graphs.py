@@ -10,7 +10,9 @@
 - ``io_fanout`` and ``aio_fanout``: the fan-out of tasks that wait (``time.sleep`` in a sync
   node, ``asyncio.sleep`` in an async one), the shape of model and tool calls;
 - ``line``: ``START`` → ``a`` → ``b`` → ``c`` → ``END``, each node adding its name to
-  ``path``: one small run, end to end.
+  ``path``: one small run, end to end;
+- ``chat``: one node ``say`` appends a 200-byte message to ``messages`` (``operator.add``)
+  and loops until there are ``n``: a long conversation's growing history.
 
 The module also defines the raw Celery baseline task, ``bench.raw_celery`` (one ``RPUSH`` per
 task). ``bulksync worker`` imports only ``--graph`` modules and builds its Celery app after
@@ -23,6 +25,8 @@ baseline.
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import operator
 import os
 import time
@@ -218,11 +222,43 @@ def line_builder(api: Api) -> Any:
     return builder
 
 
+class ChatState(TypedDict):
+    """A conversation: its messages, and how many it runs to."""
+
+    messages: Annotated[list[str], operator.add]
+    n: int
+
+
+MESSAGE_BYTES: Final = 200
+
+
+def say(state: ChatState) -> dict[str, Any]:
+    """One turn: a message of ``MESSAGE_BYTES`` bytes, numbered, as little compressible as
+    text is (Postgres compresses large values: repeated bytes would flatter whole lists)."""
+    turn = len(state["messages"])
+    text = base64.b64encode(hashlib.sha512(str(turn).encode()).digest() * 3).decode()
+    return {"messages": [f"{turn}:{text}"[:MESSAGE_BYTES]]}
+
+
+def chat_builder(api: Api) -> Any:
+    """``START`` → ``say`` ↺ until ``n`` messages → ``END``, uncompiled."""
+
+    def more(state: ChatState) -> str:
+        return "say" if len(state["messages"]) < state["n"] else api.END
+
+    builder = api.StateGraph(ChatState)
+    builder.add_node("say", say)
+    builder.add_edge(api.START, "say")
+    builder.add_conditional_edges("say", more, ["say", api.END])
+    return builder
+
+
 fanout = fanout_builder(BULKSYNC).compile()
 loop = loop_builder(BULKSYNC).compile()
 io_fanout = waiting_builder(BULKSYNC, wait).compile()
 aio_fanout = waiting_builder(BULKSYNC, await_).compile()
 line = line_builder(BULKSYNC).compile()
+chat = chat_builder(BULKSYNC).compile()
 
 _clients: dict[int, redis.Redis] = {}
 

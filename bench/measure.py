@@ -10,7 +10,7 @@ import asyncio
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -207,5 +207,39 @@ def detached_line_runs(client: Any, graph_id: str, n: int, *, at_once: bool) -> 
             return
         for run_id in [submit() for _ in range(n)]:
             finish(run_id)
+
+    return run
+
+
+# -- checkpoint storage -----------------------------------------------------------------
+
+
+def chat_thread(graph: Any, thread_id: str, messages: int) -> None:
+    """Run the chat graph on ``thread_id`` to ``messages`` messages, a step each."""
+    config = {"configurable": {"thread_id": thread_id}, "recursion_limit": messages + 5}
+    out = graph.invoke({"messages": [], "n": messages}, config, durability="sync")
+    if len(out["messages"]) != messages:
+        raise BenchError(f"chat of {messages} messages ended with {len(out['messages'])}")
+
+
+def thread_bytes(database_url: str, tables: Sequence[str], thread_id: str) -> int:
+    """The bytes a thread's rows take in ``tables`` (``pg_column_size`` of each row)."""
+    with psycopg.connect(database_url) as conn:
+        return sum(
+            conn.execute(
+                f"SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM {table} t WHERE thread_id = %s",
+                (thread_id,),
+            ).fetchone()[0]
+            for table in tables
+        )
+
+
+def read_state(graph: Any, thread_id: str, messages: int) -> Callable[[], None]:
+    """One read of the thread's latest state, checked."""
+
+    def run() -> None:
+        values = graph.get_state({"configurable": {"thread_id": thread_id}}).values
+        if len(values["messages"]) != messages:
+            raise BenchError(f"the state read {len(values['messages'])} of {messages} messages")
 
     return run

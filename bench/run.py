@@ -19,12 +19,16 @@ measures, interleaving the contenders round by round:
    (``CeleryExecutor`` + ``PostgresSaver``) and detached (``Client.submit`` + ``wait`` on a
    ``bulksync coordinator`` process) vs in-process LangGraph and vs the floor (three raw
    Celery round trips plus the commits' cost); then ``--runs`` runs submitted at once to
-   the coordinator vs as many in-process LangGraph runs, in runs per second.
+   the coordinator vs as many in-process LangGraph runs, in runs per second;
+5. checkpoint storage of a ``--chat``-message conversation (one 200-byte message a step,
+   ``operator.add``, durability sync) in bulksync's ``PostgresSaver`` vs LangGraph's: the
+   bytes the last step added, the bytes per step on average, and the time to read the
+   latest state.
 
 It prints the command to reproduce, the machine, every figure and the ratios, and stops the
 workers at the end, on errors and on Ctrl-C. Service URLs come from ``BULKSYNC_*`` variables
 (the database defaults to the local ``test`` database). A ``--fanout 0``, ``--steps 0``,
-``--io 0`` or ``--e2e 0`` skips that part (``--runs 0`` its second half).
+``--io 0``, ``--e2e 0`` or ``--chat 0`` skips that part (``--runs 0`` part 4's second half).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from typing import Any, Final
 from bench import graphs
 from bench.measure import (
     Timing,
+    chat_thread,
     compare,
     detached_line_runs,
     fresh_schema,
@@ -53,7 +58,9 @@ from bench.measure import (
     line_runs,
     raw_celery_fanout,
     raw_celery_round_trips,
+    read_state,
     sequential,
+    thread_bytes,
 )
 from bench.workers import CoordinatorProcess, Workers, WorkerStartError
 from bulksync.errors import ServiceUnavailableError
@@ -97,6 +104,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--runs", type=count, default=200, help="runs submitted at once, part 4 (default 200)"
     )
+    parser.add_argument(
+        "--chat", type=count, default=500, help="messages of the conversation, part 5 (default 500)"
+    )
     args = parser.parse_args(argv)
     if args.workers < 1 or args.repeat < 1:
         parser.error("--workers and --repeat must be at least 1")
@@ -121,7 +131,7 @@ def reproduce(args: argparse.Namespace) -> str:
     flags = ["--fanout", args.fanout, "--steps", args.steps, "--workers", args.workers]
     flags += ["--repeat", args.repeat, "--warmup", args.warmup]
     flags += ["--io", args.io, "--io-wait", args.io_wait, "--io-concurrency", args.io_concurrency]
-    flags += ["--e2e", args.e2e, "--runs", args.runs]
+    flags += ["--e2e", args.e2e, "--runs", args.runs, "--chat", args.chat]
     return " ".join([*env, "python -m bench.run", *map(str, flags)])
 
 
@@ -404,6 +414,54 @@ def run_end_to_end(args: argparse.Namespace, settings: Settings, app: Any) -> No
         ratio("bulksync / LangGraph, no checkpointer", lg_many, at_once, "(context)")
 
 
+def run_storage(args: argparse.Namespace, settings: Settings) -> None:
+    """Part 5: what a long conversation's checkpoints take, and what reading its state costs."""
+    from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
+
+    from bulksync.checkpoint.postgres import PostgresSaver
+
+    n, tag, db = args.chat, uuid.uuid4().hex[:8], settings.database_url
+    print(f"\n5. checkpoints of a {n}-message conversation, one {graphs.MESSAGE_BYTES}-byte")
+    print("   message a step (operator.add), durability sync, each saver in a fresh schema")
+    with (
+        fresh_schema(db, f"bench_{tag}_bulksync") as bs_url,
+        fresh_schema(db, f"bench_{tag}_langgraph") as lg_url,
+        PostgresSaver.from_conn_string(bs_url) as saver,
+        LangGraphPostgresSaver.from_conn_string(lg_url) as lg_saver,
+    ):
+        saver.setup()
+        lg_saver.setup()
+        contenders = {
+            "bulksync PostgresSaver": (
+                graphs.chat_builder(graphs.BULKSYNC).compile(checkpointer=saver),
+                bs_url,
+                ("bulksync_checkpoints", "bulksync_checkpoint_blobs", "bulksync_checkpoint_writes"),
+            ),
+            "LangGraph PostgresSaver": (
+                graphs.chat_builder(graphs.langgraph_api()).compile(checkpointer=lg_saver),
+                lg_url,
+                ("checkpoints", "checkpoint_blobs", "checkpoint_writes"),
+            ),
+        }
+        reads = {}
+        for label, (graph, url, tables) in contenders.items():
+            # Thread ids of one length: every row stores its thread's id.
+            chat_thread(graph, "chat-a", n - 1)
+            chat_thread(graph, "chat-b", n)
+            total = thread_bytes(url, tables, "chat-b")
+            last = total - thread_bytes(url, tables, "chat-a")
+            print(
+                f"  {label:<24} step {n} added {last / 1024:8.1f} KB; "
+                f"{total / n / 1024:6.1f} KB per step on average ({total / 2**20:.1f} MB)"
+            )
+            reads[f"read the latest state, {label}"] = read_state(graph, "chat-b", n)
+        timings = compare(reads, max(args.repeat, 5), args.warmup)
+        show(timings, unit="ms")
+        bs_read, lg_read = timings.values()
+        print("  ratio of medians (time; lower is better for bulksync):")
+        ratio("read: bulksync / LangGraph", bs_read, lg_read, "issue 10 target: <= 2.00")
+
+
 def check_services(settings: Settings, app: Any, *, postgres: bool) -> None:
     """Raise ``ServiceUnavailableError`` (one line naming URL and variable) if a service is down."""
     import psycopg
@@ -456,7 +514,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"load average at start: {load()}")
     app = make_app(settings)
     try:
-        check_services(settings, app, postgres=args.steps > 0 or args.fanout > 0 or args.e2e > 0)
+        check_services(
+            settings, app, postgres=bool(args.steps or args.fanout or args.e2e or args.chat)
+        )
     except ServiceUnavailableError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 2
@@ -482,6 +542,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     run_waiting(args, waiting, app)
             finally:
                 delete_queue(app, waiting.queue)
+        if args.chat:
+            run_storage(args, settings)
     except WorkerStartError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 2

@@ -56,11 +56,20 @@ def test_line_graph_gives_langgraphs_answer(langgraph: graphs.Api) -> None:
     measure.line_runs(ours, 2)()  # checks each answer
 
 
+def test_chat_graph_gives_langgraphs_answer(langgraph: graphs.Api) -> None:
+    ours = graphs.chat_builder(graphs.BULKSYNC).compile()
+    theirs = graphs.chat_builder(langgraph).compile()
+    out = ours.invoke({"messages": [], "n": 4})
+    assert out == theirs.invoke({"messages": [], "n": 4})
+    assert [len(m) for m in out["messages"]] == [graphs.MESSAGE_BYTES] * 4
+    assert len(set(out["messages"])) == 4
+
+
 def test_module_graphs_are_what_workers_load() -> None:
     from bulksync.workers.registry import GraphRegistry
 
     registry = GraphRegistry()
-    loaded = ["aio_fanout", "fanout", "io_fanout", "line", "loop"]
+    loaded = ["aio_fanout", "chat", "fanout", "io_fanout", "line", "loop"]
     assert registry.load("bench.graphs") == [f"bench.graphs:{name}" for name in loaded]
 
 
@@ -75,6 +84,18 @@ def test_measured_runs_check_their_answers() -> None:
         measure.sequential(Wrong(), 3, None)()
     with pytest.raises(measure.BenchError, match="line run ended with"):
         measure.line_runs(Wrong(), 1)()
+
+    class Short:
+        def invoke(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return {"messages": ["one"], "n": 3}
+
+        def get_state(self, config: Any) -> Any:
+            return types.SimpleNamespace(values={"messages": ["one"]})
+
+    with pytest.raises(measure.BenchError, match="chat of 3 messages ended with 1"):
+        measure.chat_thread(Short(), "t", 3)
+    with pytest.raises(measure.BenchError, match="the state read 1 of 3 messages"):
+        measure.read_state(Short(), "t", 3)()
 
 
 @pytest.mark.parametrize("at_once", [False, True])
@@ -105,8 +126,8 @@ def test_command_line_defaults_and_reproduction() -> None:
     assert "python -m bench.run --fanout 1000 --steps 100 --workers 2" in run.reproduce(args)
     assert (args.io, args.io_wait, args.io_concurrency) == (1000, 0.05, 50)
     assert "--io 1000 --io-wait 0.05 --io-concurrency 50" in run.reproduce(args)
-    assert (args.e2e, args.runs) == (20, 200)
-    assert "--e2e 20 --runs 200" in run.reproduce(args)
+    assert (args.e2e, args.runs, args.chat) == (20, 200, 500)
+    assert "--e2e 20 --runs 200 --chat 500" in run.reproduce(args)
     with pytest.raises(SystemExit):
         run.parse_args(["--workers", "0"])
 
