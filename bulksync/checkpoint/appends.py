@@ -10,10 +10,11 @@ The whole list is stored again when its length reaches a power of two from ``SNA
 on. A read then follows at most about half the list's length of deltas, and the bytes stored
 per step stay a few items on average, however long the thread.
 
-A delta's bytes start with ``0xC1``, a byte msgpack never writes, followed by the serde's
-encoding of ``[base version, appended items]``: no full value is mistaken for one. Deltas
-are only written for values of bulksync's msgpack format (``MsgpackSerde``), whose bytes can
-never start so. Values are compared by identity: an item changed in place after it was
+A delta's bytes are ``0xC1`` (a byte msgpack never writes: no whole value is mistaken for
+one), the base version as 8 big-endian bytes (so a database can follow the chain without
+decoding, ``pg_migrations.CHAIN_SQL``), then the serde's encoding of the appended items.
+Deltas are only written for values of bulksync's msgpack format (``MsgpackSerde``), whose
+bytes can never start so. Values are compared by identity: an item changed in place after it was
 stored is not stored again (state values are meant to be replaced, not mutated).
 """
 
@@ -34,8 +35,9 @@ SNAPSHOT_FROM: Final = 64
 FORMAT: Final = "bulksync-msgpack"
 """The serde format deltas are written for (``MsgpackSerde.format``)."""
 
-Fetch = Callable[[str, str, str], Mapping[int, bytes | None]]
-"""``(thread, ns, channel)`` → every stored version of that channel and its bytes."""
+Fetch = Callable[[str, str, str, int], Mapping[int, bytes | None]]
+"""``(thread, ns, channel, version)`` → the stored versions of that channel that ``version``'s
+chain needs (or more: every version), with their bytes."""
 
 
 def appended(before: Sequence[Any] | None, value: Any) -> list[Any] | None:
@@ -57,7 +59,12 @@ def delta(serde: Serde, base: int, items: list[Any]) -> bytes | None:
     when ``serde`` does not write bulksync's msgpack (then the value is stored whole)."""
     if getattr(serde, "format", None) != FORMAT:
         return None
-    return MARK + serde.dumps([base, items])
+    return MARK + base.to_bytes(8, "big", signed=True) + serde.dumps(items)
+
+
+def _parts(data: bytes) -> tuple[int, bytes]:
+    """A delta's base version, and the bytes of its items."""
+    return int.from_bytes(data[1:9], "big", signed=True), data[9:]
 
 
 def is_delta(blob: bytes | None) -> bool:
@@ -68,14 +75,14 @@ def is_delta(blob: bytes | None) -> bool:
 class Chains:
     """Whole values from stored bytes, deltas included, for one read.
 
-    Each ``(thread, ns, channel)`` whose bytes hold a delta has its stored versions fetched
-    once (``fetch``), and each version is rebuilt once; every call gets a list of its own.
+    A version a chain needs is fetched with the rest of its chain (``fetch``), once per read;
+    each version is rebuilt once; every call gets a list of its own.
     """
 
     def __init__(self, serde: Serde, fetch: Fetch) -> None:
         self.serde = serde
         self._fetch = fetch
-        self._stored: dict[tuple[str, str, str], Mapping[int, bytes | None]] = {}
+        self._stored: dict[tuple[str, str, str], dict[int, bytes | None]] = {}
         self._built: dict[tuple[str, str, str, int], list[Any]] = {}
 
     def value(self, thread: str, ns: str, channel: str, version: int, blob: bytes) -> Any:
@@ -88,18 +95,18 @@ class Chains:
         if not is_delta(blob):
             return self.serde.loads(blob)
         key = (thread, ns, channel)
-        path: list[tuple[int, list[Any]]] = []  # (version, its items), newest first
+        path: list[tuple[int, bytes]] = []  # (version, its items' bytes), newest first
         data: bytes | None = blob
         while is_delta(data):
             assert data is not None
             if (*key, version) in self._built:
                 break
-            base, items = self.serde.loads(data[1:])
+            base, items = _parts(data)
             path.append((version, items))
-            stored = self._stored.get(key)
-            if stored is None:
-                stored = self._stored[key] = self._fetch(*key)
-            if base not in stored or stored[base] is None:
+            stored = self._stored.setdefault(key, {})
+            if base not in stored:
+                stored.update(self._fetch(*key, base))
+            if stored.get(base) is None:
                 raise CheckpointError(
                     f"thread {thread!r}: channel {channel!r} at version {version} extends "
                     f"version {base}, which is not stored; the thread's checkpoint rows were "
@@ -111,5 +118,5 @@ class Chains:
             assert data is not None
             built = self._built[(*key, version)] = list(self.serde.loads(data))
         for newer, items in reversed(path):
-            built = self._built[(*key, newer)] = built + items
+            built = self._built[(*key, newer)] = built + self.serde.loads(items)
         return list(built)

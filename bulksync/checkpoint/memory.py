@@ -217,8 +217,10 @@ class InMemorySaver(AsyncSaverMethods):
         writes = [(slot[0], *slots[slot][:2]) for slot in order]
         return _Raw(key, stored, blobs, writes)
 
-    def _versions(self, thread_id: str, ns: str, channel: str) -> dict[int, bytes | None]:
-        """Every stored version of ``channel`` (what a delta's chain reads)."""
+    def _versions(
+        self, thread_id: str, ns: str, channel: str, version: int
+    ) -> dict[int, bytes | None]:
+        """Every stored version of ``channel``: ``version``'s chain among them."""
         with self._lock:
             return dict(self._blobs.get((thread_id, ns, channel), {}))
 

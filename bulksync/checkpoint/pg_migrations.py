@@ -193,8 +193,22 @@ KEEP_FIRST_SQL = _PUT_WRITE_SQL + "NOTHING"
 KEEP_LAST_SQL = _PUT_WRITE_SQL + (
     "UPDATE SET channel = EXCLUDED.channel, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path"
 )
-VERSIONS_SQL = """SELECT version, blob FROM bulksync_checkpoint_blobs
-    WHERE thread_id = %s AND checkpoint_ns = %s AND channel = %s"""
+# A channel's value at a version and, while it is a delta (bulksync.checkpoint.appends: 0xC1,
+# then its base version in 8 big-endian bytes), the versions it extends, down to a whole value.
+CHAIN_SQL = """WITH RECURSIVE chain(version, blob, base) AS (
+        SELECT version, blob, CASE WHEN get_byte(blob, 0) = 193 THEN
+            ('x' || encode(substring(blob FROM 2 FOR 8), 'hex'))::bit(64)::bigint END
+        FROM bulksync_checkpoint_blobs
+        WHERE thread_id = %(thread)s AND checkpoint_ns = %(ns)s AND channel = %(channel)s
+          AND version = %(version)s
+    UNION ALL
+        SELECT b.version, b.blob, CASE WHEN get_byte(b.blob, 0) = 193 THEN
+            ('x' || encode(substring(b.blob FROM 2 FOR 8), 'hex'))::bit(64)::bigint END
+        FROM chain AS c JOIN bulksync_checkpoint_blobs AS b
+          ON b.thread_id = %(thread)s AND b.checkpoint_ns = %(ns)s AND b.channel = %(channel)s
+         AND b.version = c.base
+    )
+    SELECT version, blob FROM chain"""
 BLOBS_SQL = """SELECT k.i, b.channel, b.blob
     FROM unnest(%s::int[], %s::text[], %s::text[], %s::text[], %s::bigint[])
       AS k(i, thread_id, checkpoint_ns, channel, version)

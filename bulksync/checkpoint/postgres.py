@@ -424,13 +424,17 @@ class PostgresSaver(AsyncSaverMethods):
             for i, (row, ckpt) in enumerate(zip(rows, checkpoints, strict=True))
         ]
 
-    def _versions(self, thread_id: str, ns: str, channel: str) -> dict[int, bytes | None]:
-        """Every stored version of ``channel`` (what a delta's chain reads)."""
+    def _versions(
+        self, thread_id: str, ns: str, channel: str, version: int
+    ) -> dict[int, bytes | None]:
+        """``version`` of ``channel`` and the versions its chain of deltas goes back through,
+        followed in the database (``pgm.CHAIN_SQL``): one query, only the rows needed."""
+        args = {"thread": thread_id, "ns": ns, "channel": channel, "version": version}
 
         def read() -> dict[int, bytes | None]:
             with self._connection() as conn:
                 cur = conn.cursor(row_factory=tuple_row)
-                return dict(cur.execute(pgm.VERSIONS_SQL, (thread_id, ns, channel)).fetchall())
+                return dict(cur.execute(pgm.CHAIN_SQL, args).fetchall())
 
         return self._retry(read, f"reading the versions of channel {channel!r}")
 

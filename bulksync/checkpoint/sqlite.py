@@ -285,8 +285,10 @@ class SqliteSaver(AsyncSaverMethods):
             for i, (row, ckpt) in enumerate(zip(rows, checkpoints, strict=True))
         ]
 
-    def _versions(self, thread_id: str, ns: str, channel: str) -> dict[int, bytes | None]:
-        """Every stored version of ``channel`` (what a delta's chain reads)."""
+    def _versions(
+        self, thread_id: str, ns: str, channel: str, version: int
+    ) -> dict[int, bytes | None]:
+        """Every stored version of ``channel``: ``version``'s chain among them."""
         with self._lock:
             rows = self.conn.execute(_VERSIONS_SQL, (thread_id, ns, channel)).fetchall()
         return dict(rows)

@@ -11,6 +11,7 @@ import pytest
 from bulksync.checkpoint.appends import MARK, SNAPSHOT_FROM, Chains, appended, delta
 from bulksync.checkpoint.base import CheckpointSaver
 from bulksync.checkpoint.memory import InMemorySaver
+from bulksync.checkpoint.postgres import PostgresSaver
 from bulksync.checkpoint.serde import MsgpackSerde
 from bulksync.errors import CheckpointError
 from bulksync.graph import END, START, StateGraph
@@ -43,7 +44,16 @@ def expected(n: int) -> list[str]:
 
 
 def stored(saver: Any, thread: str, channel: str = "log") -> dict[int, bytes | None]:
-    return dict(saver._versions(thread, "", channel))
+    """Every stored version of the channel (a delta's chain, for the Postgres saver)."""
+    if isinstance(saver, PostgresSaver):
+        with saver.pool.connection() as conn:
+            rows = conn.execute(
+                "SELECT version, blob FROM bulksync_checkpoint_blobs WHERE thread_id = %s "
+                "AND channel = %s",
+                (thread, channel),
+            ).fetchall()
+        return {int(v): bytes(b) if b is not None else None for v, b in rows}
+    return dict(saver._versions(thread, "", channel, 0))
 
 
 def test_only_a_pure_append_is_a_delta() -> None:
@@ -136,8 +146,7 @@ def test_a_chain_missing_a_version_is_an_error_naming_the_channel() -> None:
     graph.invoke({"log": [], "turns": 3}, config)
     versions = saver._blobs[("broken", "", "log")]
     first_delta = min(v for v, b in versions.items() if b is not None and b.startswith(MARK))
-    base, _ = MsgpackSerde().loads(versions[first_delta][1:])  # type: ignore[index]
-    del versions[base]
+    del versions[int.from_bytes((versions[first_delta] or b"")[1:9], "big", signed=True)]
     with pytest.raises(
         CheckpointError,
         match=r"channel 'log' at version \d+ extends version \d+, which is not stored",
@@ -149,14 +158,31 @@ def test_each_version_is_rebuilt_once_per_read() -> None:
     serde, fetched = MsgpackSerde(), []
     rows = {1: serde.dumps(["a"]), 2: delta(serde, 1, ["b"]), 3: delta(serde, 2, ["c"])}
 
-    def fetch(thread: str, ns: str, channel: str) -> dict[int, bytes | None]:
-        fetched.append(channel)
-        return dict(rows)
+    def fetch(thread: str, ns: str, channel: str, version: int) -> dict[int, bytes | None]:
+        fetched.append((channel, version))
+        return {v: b for v, b in rows.items() if v <= version}  # the chain from ``version``
 
     chains = Chains(serde, fetch)
     first = chains.value("t", "", "log", 3, rows[3] or b"")
     again = chains.value("t", "", "log", 2, rows[2] or b"")
     assert (first, again) == (["a", "b", "c"], ["a", "b"])
-    assert fetched == ["log"]
+    assert fetched == [("log", 2)]  # the chain below the head, once
     first.append("mutated")  # every call gets a list of its own
     assert chains.value("t", "", "log", 3, rows[3] or b"") == ["a", "b", "c"]
+
+
+def test_postgres_follows_only_the_chain() -> None:
+    from tests.unit.checkpoint.conftest import _postgres_saver
+
+    for saver in _postgres_saver():
+        graph, config = chat(saver), {"configurable": {"thread_id": "pg-chain"}}
+        graph.invoke({"log": [], "turns": 10}, config)
+        middle = next(s for s in graph.get_state_history(config) if len(s.values["log"]) == 4)
+        graph.invoke(None, middle.config)  # replayed from there: a branch of six more deltas
+        head = saver.get_tuple(config)
+        assert head is not None and head.checkpoint.channel_values["log"] == expected(10)
+        version = head.checkpoint.channel_versions["log"]
+        chain = saver._versions("pg-chain", "", "log", version)
+        every = stored(saver, "pg-chain")
+        assert set(chain) < set(every)  # the first branch's last six are not read
+        assert len(chain) == 11  # ten deltas down to the input's whole (empty) list
