@@ -14,8 +14,8 @@ A delta's bytes are ``0xC1`` (a byte msgpack never writes: no whole value is mis
 one), the base version as 8 big-endian bytes (so a database can follow the chain without
 decoding, ``pg_migrations.CHAIN_SQL``), then the serde's encoding of the appended items.
 Deltas are only written for values of bulksync's msgpack format (``MsgpackSerde``), whose
-bytes can never start so. Values are compared by identity: an item changed in place after it was
-stored is not stored again (state values are meant to be replaced, not mutated).
+bytes can never start so. Values are compared by identity: an item changed in place after it
+was stored is not stored again (state values are meant to be replaced, not mutated).
 """
 
 from __future__ import annotations
