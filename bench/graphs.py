@@ -9,6 +9,8 @@
   until ``i == n``: ``n`` sequential supersteps with a tiny state;
 - ``io_fanout`` and ``aio_fanout``: the fan-out of tasks that wait (``time.sleep`` in a sync
   node, ``asyncio.sleep`` in an async one), the shape of model and tool calls;
+- ``cpu_fanout``: the same fan-out of tasks that compute for that long instead (CPU time of
+  their thread), the shape of parsing, scoring or local models;
 - ``line``: ``START`` → ``a`` → ``b`` → ``c`` → ``END``, each node adding its name to
   ``path``: one small run, end to end;
 - ``chat``: one node ``say`` appends a 200-byte message to ``messages`` (``operator.add``)
@@ -167,6 +169,16 @@ async def await_(item: WaitItem) -> dict[str, Any]:
     return {"out": [item["i"]]}
 
 
+def burn(item: WaitItem) -> dict[str, Any]:
+    """A CPU-bound task: it computes until its thread has used ``wait`` seconds of CPU."""
+    until = time.thread_time() + item["wait"]
+    digest = b"%d" % item["i"]
+    while time.thread_time() < until:
+        for _ in range(200):
+            digest = hashlib.sha256(digest).digest()
+    return {"out": [item["i"]]}
+
+
 def waiting_builder(api: Api, node: Any) -> Any:
     """``START`` → ``n`` Sends to ``node`` (``wait`` or ``await_``) → ``END``, uncompiled."""
 
@@ -257,6 +269,7 @@ fanout = fanout_builder(BULKSYNC).compile()
 loop = loop_builder(BULKSYNC).compile()
 io_fanout = waiting_builder(BULKSYNC, wait).compile()
 aio_fanout = waiting_builder(BULKSYNC, await_).compile()
+cpu_fanout = waiting_builder(BULKSYNC, burn).compile()
 line = line_builder(BULKSYNC).compile()
 chat = chat_builder(BULKSYNC).compile()
 

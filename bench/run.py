@@ -20,6 +20,9 @@ measures, interleaving the contenders round by round:
    ``bulksync coordinator`` process) vs in-process LangGraph and vs the floor (three raw
    Celery round trips plus the commits' cost); then ``--runs`` runs submitted at once to
    the coordinator vs as many in-process LangGraph runs, in runs per second;
+6. a ``--cpu``-way fan-out of tasks that each compute ``--cpu-work`` seconds of CPU, on the
+   ``--workers`` prefork workers, vs in-process LangGraph (its threads share one GIL) and the
+   physical limit of one task per worker process;
 5. checkpoint storage of a ``--chat``-message conversation (one 200-byte message a step,
    ``operator.add``, durability sync) in bulksync's ``PostgresSaver`` vs LangGraph's: the
    bytes the last step added, the bytes per step on average, and the time to read the
@@ -28,7 +31,8 @@ measures, interleaving the contenders round by round:
 It prints the command to reproduce, the machine, every figure and the ratios, and stops the
 workers at the end, on errors and on Ctrl-C. Service URLs come from ``BULKSYNC_*`` variables
 (the database defaults to the local ``test`` database). A ``--fanout 0``, ``--steps 0``,
-``--io 0``, ``--e2e 0`` or ``--chat 0`` skips that part (``--runs 0`` part 4's second half).
+``--io 0``, ``--e2e 0``, ``--cpu 0`` or ``--chat 0`` skips that part (``--runs 0`` part 4's
+second half).
 """
 
 from __future__ import annotations
@@ -105,6 +109,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--runs", type=count, default=200, help="runs submitted at once, part 4 (default 200)"
     )
     parser.add_argument(
+        "--cpu", type=count, default=200, help="CPU-bound Send tasks, part 6 (default 200)"
+    )
+    parser.add_argument(
+        "--cpu-work", type=float, default=0.02, help="CPU seconds of each (default 0.02)"
+    )
+    parser.add_argument(
         "--chat", type=count, default=500, help="messages of the conversation, part 5 (default 500)"
     )
     args = parser.parse_args(argv)
@@ -132,6 +142,7 @@ def reproduce(args: argparse.Namespace) -> str:
     flags += ["--repeat", args.repeat, "--warmup", args.warmup]
     flags += ["--io", args.io, "--io-wait", args.io_wait, "--io-concurrency", args.io_concurrency]
     flags += ["--e2e", args.e2e, "--runs", args.runs, "--chat", args.chat]
+    flags += ["--cpu", args.cpu, "--cpu-work", args.cpu_work]
     return " ".join([*env, "python -m bench.run", *map(str, flags)])
 
 
@@ -414,6 +425,35 @@ def run_end_to_end(args: argparse.Namespace, settings: Settings, app: Any) -> No
         ratio("bulksync / LangGraph, no checkpointer", lg_many, at_once, "(context)")
 
 
+def run_computing(args: argparse.Namespace, settings: Settings, app: Any) -> None:
+    """Part 6: a fan-out of CPU-bound tasks on the prefork workers."""
+    from bulksync.workers.celery.executor import CeleryExecutor
+
+    n, work = args.cpu, args.cpu_work
+    limit = n * work / args.workers
+    graph = graphs.cpu_fanout.with_executor(
+        CeleryExecutor(settings, "bench.graphs:cpu_fanout", graphs.cpu_fanout, app=app)
+    )
+    lg_graph = graphs.waiting_builder(graphs.langgraph_api(), graphs.burn).compile()
+    given = graphs.waiting_input(n, work)
+    print(f"\n6. fan-out of {n} Send tasks that each compute {work * 1000:g} ms of CPU: wall time")
+    print(f"   of one run, median of {args.repeat} (the physical limit of one task per worker")
+    print(f"   process: {n} x {work:g} s / {args.workers} = {limit:.3f} s)")
+    timings = compare(
+        {
+            f"bulksync, {args.workers} prefork workers": graph_fanout(graph, n, given),
+            "LangGraph in-process (defaults)": graph_fanout(lg_graph, n, given),
+        },
+        args.repeat,
+        args.warmup,
+    )
+    show(timings)
+    bs, lg = timings.values()
+    print("  ratios of medians:")
+    ratio("speed-up: LangGraph / bulksync", lg, bs, "issue 10 target: >= 1.80")
+    ratio("bulksync / physical limit", bs, Timing("limit", [limit]), "(context)")
+
+
 def run_storage(args: argparse.Namespace, settings: Settings) -> None:
     """Part 5: what a long conversation's checkpoints take, and what reading its state costs."""
     from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
@@ -531,6 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 run_sequential(args, settings, app)
             if args.e2e:
                 run_end_to_end(args, settings, app)
+            if args.cpu:
+                run_computing(args, settings, app)
         if args.io:
             waiting = dataclasses.replace(settings, queue=f"{settings.queue}-io")
             io_workers = Workers(

@@ -38,7 +38,9 @@ def test_loop_graph_gives_langgraphs_answer(langgraph: graphs.Api) -> None:
     assert out == theirs.invoke(graphs.loop_input(steps), config) == {"i": steps, "n": steps}
 
 
-@pytest.mark.parametrize("node", [graphs.wait, graphs.await_], ids=["sync", "async"])
+@pytest.mark.parametrize(
+    "node", [graphs.wait, graphs.await_, graphs.burn], ids=["sync", "async", "cpu"]
+)
 def test_waiting_graph_gives_langgraphs_answer(langgraph: graphs.Api, node: Any) -> None:
     ours = graphs.waiting_builder(graphs.BULKSYNC, node).compile()
     theirs = graphs.waiting_builder(langgraph, node).compile()
@@ -69,7 +71,7 @@ def test_module_graphs_are_what_workers_load() -> None:
     from bulksync.workers.registry import GraphRegistry
 
     registry = GraphRegistry()
-    loaded = ["aio_fanout", "chat", "fanout", "io_fanout", "line", "loop"]
+    loaded = ["aio_fanout", "chat", "cpu_fanout", "fanout", "io_fanout", "line", "loop"]
     assert registry.load("bench.graphs") == [f"bench.graphs:{name}" for name in loaded]
 
 
@@ -126,8 +128,8 @@ def test_command_line_defaults_and_reproduction() -> None:
     assert "python -m bench.run --fanout 1000 --steps 100 --workers 2" in run.reproduce(args)
     assert (args.io, args.io_wait, args.io_concurrency) == (1000, 0.05, 50)
     assert "--io 1000 --io-wait 0.05 --io-concurrency 50" in run.reproduce(args)
-    assert (args.e2e, args.runs, args.chat) == (20, 200, 500)
-    assert "--e2e 20 --runs 200 --chat 500" in run.reproduce(args)
+    assert (args.e2e, args.runs, args.chat, args.cpu, args.cpu_work) == (20, 200, 500, 200, 0.02)
+    assert "--e2e 20 --runs 200 --chat 500 --cpu 200 --cpu-work 0.02" in run.reproduce(args)
     with pytest.raises(SystemExit):
         run.parse_args(["--workers", "0"])
 
