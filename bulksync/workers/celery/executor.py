@@ -60,7 +60,7 @@ from bulksync.workers.celery.claims import ClaimWatch, Survey, forget
 from bulksync.workers.celery.coordinator_saver import serve
 from bulksync.workers.celery.gatherer import Gatherer
 from bulksync.workers.celery.node_task import MESSAGE_HEADER
-from bulksync.workers.celery.progress import progress_chunk, waiting_queues
+from bulksync.workers.celery.progress import progress_chunk, waiting_queues, warn_waiting
 from bulksync.workers.execute import run_task
 from bulksync.workers.registry import task_name, walk_specs
 
@@ -429,25 +429,7 @@ class CeleryStep:
         step = next(iter(self.tasks.values())).step
         after = self.ex.settings.queue_wait_warning
         waiting = waiting_queues(found, self.tasks, self._queue, after)
-        for late in waiting:
-            if late.queue in self._warned:
-                continue
-            self._warned.add(late.queue)
-            log.warning(
-                "run %s thread %s: step %d: %d tasks of %s have waited %.0fs on queue %r "
-                "and no worker has started them; is a worker consuming that queue "
-                "(bulksync worker --graph %s --queues %s)?",
-                self.run_id or "-",
-                self.thread or "-",
-                step,
-                late.tasks,
-                ", ".join(late.nodes),
-                late.seconds,
-                late.queue,
-                self.ex.graph_id,
-                late.queue,
-                extra=logs.ids(run_id=self.run_id, thread_id=self.thread, step=step),
-            )
+        warn_waiting(waiting, self._warned, self.ex.graph_id, self.run_id, self.thread, step)
         chunk = progress_chunk(step, len(self.tasks), len(self.tasks) - pending, found, waiting)
         self.live.sink(self.step.namespace, "progress", chunk)
 

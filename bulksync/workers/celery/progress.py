@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from bulksync import logs
 from bulksync.coordinator.plan import Task
 from bulksync.workers.celery.claims import Survey
+
+log = logging.getLogger("bulksync.workers.celery.executor")  # the step's own logger
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,6 +60,31 @@ def waiting_queues(
         )
         for queue, ids in sorted(by_queue.items())
     ]
+
+
+def warn_waiting(
+    waiting: list[Waiting], warned: set[str], graph_id: str, run_id: str, thread: str, step: int
+) -> None:
+    """Warn once per queue (``warned`` holds those done) whose tasks wait for a worker."""
+    for late in waiting:
+        if late.queue in warned:
+            continue
+        warned.add(late.queue)
+        log.warning(
+            "run %s thread %s: step %d: %d tasks of %s have waited %.0fs on queue %r "
+            "and no worker has started them; is a worker consuming that queue "
+            "(bulksync worker --graph %s --queues %s)?",
+            run_id or "-",
+            thread or "-",
+            step,
+            late.tasks,
+            ", ".join(late.nodes),
+            late.seconds,
+            late.queue,
+            graph_id,
+            late.queue,
+            extra=logs.ids(run_id=run_id, thread_id=thread, step=step),
+        )
 
 
 def progress_chunk(
