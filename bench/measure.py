@@ -160,6 +160,25 @@ def sequential(graph: Any, steps: int, durability: str | None) -> Callable[[], N
 
 
 @contextmanager
+def paired_savers(database_url: str, tag: str) -> Iterator[tuple[Any, Any, str, str]]:
+    """bulksync's and LangGraph's ``PostgresSaver``, each set up in a fresh schema of its
+    own (dropped afterwards), with the URLs of those schemas."""
+    from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
+
+    from bulksync.checkpoint.postgres import PostgresSaver
+
+    with (
+        fresh_schema(database_url, f"bench_{tag}_bulksync") as bs_url,
+        fresh_schema(database_url, f"bench_{tag}_langgraph") as lg_url,
+        PostgresSaver.from_conn_string(bs_url) as saver,
+        LangGraphPostgresSaver.from_conn_string(lg_url) as lg_saver,
+    ):
+        saver.setup()
+        lg_saver.setup()
+        yield saver, lg_saver, bs_url, lg_url
+
+
+@contextmanager
 def fresh_schema(database_url: str, name: str) -> Iterator[str]:
     """A URL whose ``search_path`` is a new schema ``name``, dropped afterwards."""
     with psycopg.connect(database_url, autocommit=True) as conn:

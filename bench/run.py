@@ -60,6 +60,7 @@ from bench.measure import (
     fresh_schema,
     graph_fanout,
     line_runs,
+    paired_savers,
     raw_celery_fanout,
     raw_celery_round_trips,
     read_state,
@@ -285,23 +286,12 @@ def run_waiting(args: argparse.Namespace, settings: Settings, app: Any) -> dict[
 
 def run_sequential(args: argparse.Namespace, settings: Settings, app: Any) -> dict[str, Timing]:
     """Part 2: per-step time of the sequential graph with a Postgres commit each step."""
-    from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
-
-    from bulksync.checkpoint.postgres import PostgresSaver
     from bulksync.workers.celery.executor import CeleryExecutor
 
-    steps, tag = args.steps, uuid.uuid4().hex[:8]
-    db = settings.database_url
+    steps = args.steps
     print(f"\n2. sequential graph of {steps} steps: time per step, median of {args.repeat} runs")
     print("   (each saver in a fresh schema, each run on a fresh thread)")
-    with (
-        fresh_schema(db, f"bench_{tag}_bulksync") as bs_url,
-        fresh_schema(db, f"bench_{tag}_langgraph") as lg_url,
-        PostgresSaver.from_conn_string(bs_url) as saver,
-        LangGraphPostgresSaver.from_conn_string(lg_url) as lg_saver,
-    ):
-        saver.setup()
-        lg_saver.setup()
+    with paired_savers(settings.database_url, uuid.uuid4().hex[:8]) as (saver, lg_saver, _, _):
         local = graphs.loop_builder(graphs.BULKSYNC).compile(checkpointer=saver)
         attached = local.with_executor(
             CeleryExecutor(settings, "bench.graphs:loop", local, app=app)
@@ -349,27 +339,19 @@ def run_sequential(args: argparse.Namespace, settings: Settings, app: Any) -> di
 
 def run_end_to_end(args: argparse.Namespace, settings: Settings, app: Any) -> None:
     """Part 4: whole runs, attached and detached, one by one and at once."""
-    from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
-
-    from bulksync.checkpoint.postgres import PostgresSaver
     from bulksync.client import Client
     from bulksync.workers.celery.executor import CeleryExecutor
 
     n, tag, db = args.e2e, uuid.uuid4().hex[:8], settings.database_url
     graph_id = "bench.graphs:line"
     with (
-        fresh_schema(db, f"bench_{tag}_attached") as attached_url,
+        paired_savers(db, tag) as (saver, lg_saver, _, _),
         fresh_schema(db, f"bench_{tag}_service") as service_url,
-        fresh_schema(db, f"bench_{tag}_langgraph") as lg_url,
-        PostgresSaver.from_conn_string(attached_url) as saver,
-        LangGraphPostgresSaver.from_conn_string(lg_url) as lg_saver,
         CoordinatorProcess(settings, service_url) as coordinator,
         Client(dataclasses.replace(settings, database_url=service_url)) as client,
     ):
         print("\n4. whole runs of START -> a -> b -> c -> END, each on a new thread")
         print(f"   coordinator: {coordinator.describe()} (its own schema)")
-        saver.setup()
-        lg_saver.setup()
         local_pg = graphs.line_builder(graphs.BULKSYNC).compile(checkpointer=saver)
         attached = local_pg.with_executor(CeleryExecutor(settings, graph_id, local_pg, app=app))
         lg_line = graphs.line_builder(graphs.langgraph_api()).compile()
@@ -456,21 +438,11 @@ def run_computing(args: argparse.Namespace, settings: Settings, app: Any) -> Non
 
 def run_storage(args: argparse.Namespace, settings: Settings) -> None:
     """Part 5: what a long conversation's checkpoints take, and what reading its state costs."""
-    from langgraph.checkpoint.postgres import PostgresSaver as LangGraphPostgresSaver
-
-    from bulksync.checkpoint.postgres import PostgresSaver
-
-    n, tag, db = args.chat, uuid.uuid4().hex[:8], settings.database_url
+    n = args.chat
     print(f"\n5. checkpoints of a {n}-message conversation, one {graphs.MESSAGE_BYTES}-byte")
     print("   message a step (operator.add), durability sync, each saver in a fresh schema")
-    with (
-        fresh_schema(db, f"bench_{tag}_bulksync") as bs_url,
-        fresh_schema(db, f"bench_{tag}_langgraph") as lg_url,
-        PostgresSaver.from_conn_string(bs_url) as saver,
-        LangGraphPostgresSaver.from_conn_string(lg_url) as lg_saver,
-    ):
-        saver.setup()
-        lg_saver.setup()
+    with paired_savers(settings.database_url, uuid.uuid4().hex[:8]) as saved:
+        saver, lg_saver, bs_url, lg_url = saved
         contenders = {
             "bulksync PostgresSaver": (
                 graphs.chat_builder(graphs.BULKSYNC).compile(checkpointer=saver),
