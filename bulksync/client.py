@@ -28,7 +28,6 @@ from psycopg_pool import PoolTimeout
 
 from bulksync import keys
 from bulksync.config import merge_configs
-from bulksync.constants import THREAD_ID
 from bulksync.coordinator.stream import (
     check_modes,
     check_version,
@@ -36,17 +35,15 @@ from bulksync.coordinator.stream import (
     stream_modes,
     stream_part,
 )
-from bulksync.errors import ConfigError, ServiceUnavailableError, UnservedGraphError
+from bulksync.errors import ServiceUnavailableError
 from bulksync.graph.async_methods import AsyncGraphMethods
 from bulksync.retry import is_transient_redis, retry
-from bulksync.service import runs
-from bulksync.service.cancel import cancel_run
+from bulksync.service import runs, submit
 from bulksync.service.runs import Run, RunEvent, RunStore
 from bulksync.settings import Settings, redact
 from bulksync.types import GraphOutput, StateSnapshot
-from bulksync.workers import wire
 from bulksync.workers.callback_relay import CALLBACK_EVENTS, describe, replay
-from bulksync.workers.cancel_scope import STOP_WAIT, current_scope, mark_async_caller
+from bulksync.workers.cancel_scope import STOP_WAIT, current_scope
 from bulksync.workers.tracing import announce_record, lifecycle_handlers
 
 __all__ = ["Client", "RemoteGraph", "Run", "RunEvent"]
@@ -106,8 +103,10 @@ class Client:
             SerializationError: the input or config holds a value msgpack cannot encode.
             ServiceUnavailableError: Postgres or Redis cannot be reached (URL named).
         """
-        options = _run_options(output_keys, interrupt_before, interrupt_after, durability, context)
-        payload = _run_payload(input, config, _listed(stream_mode), subgraphs, options)
+        options = submit.run_options(
+            output_keys, interrupt_before, interrupt_after, durability, context
+        )
+        payload = submit.run_payload(input, config, _listed(stream_mode), subgraphs, options)
         return self.create_run(
             graph_id,
             "invoke",
@@ -136,41 +135,18 @@ class Client:
             UnservedGraphError: no live coordinator serves ``graph_id`` and
                 ``require_coordinator`` is set: nothing would ever run it.
         """
-        payload = dict(payload)
-        config = _run_config(payload.get("config"))
-        conf = config["configurable"]
-        thread = thread_id or conf.get(THREAD_ID)
-        if thread is None and kind in runs.READ_KINDS:
-            thread = ""  # e.g. a history across threads: no thread to name
-        elif thread is None:
-            thread = str(uuid.uuid4())
-        if thread:
-            conf[THREAD_ID] = thread
-        payload["config"] = config
-        for name, value in (("graph_id", graph_id), ("thread_id", str(thread))):
-            if "\x00" in value:  # Postgres text cannot hold it: say so before the database does
-                raise ConfigError(
-                    f"{name} {value!r} contains a NUL byte, which the runs table cannot "
-                    f"store; pass a {name} without it."
-                )
         store, client = self.store, self.redis
         with self._connection_errors():
-            if require_coordinator and not runs.serving(client, graph_id):
-                raise UnservedGraphError(
-                    f"no coordinator serves graph '{graph_id}': start one with "
-                    f"`bulksync coordinator --graph {graph_id.partition(':')[0]}` (it may "
-                    "take a heartbeat to announce itself), or queue the run anyway with "
-                    "require_coordinator=False (`--queue-anyway` on the command line)."
-                )
-            run = store.create(
-                graph_id=graph_id,
-                thread_id=str(thread),
-                kind=kind,
-                payload=payload,
+            return submit.create_run(
+                store,
+                client,
+                graph_id,
+                kind,
+                payload,
+                thread_id=thread_id,
                 multitask_strategy=multitask_strategy,
+                require_coordinator=require_coordinator,
             )
-            runs.wake(client)
-        return run.run_id
 
     def get(self, run_id: str) -> Run:
         """The run's current row.
@@ -228,13 +204,7 @@ class Client:
         """
         store, client = self.store, self.redis
         with self._connection_errors():
-            before, run = store.request_cancel(run_id)
-            if before == runs.PENDING:  # no coordinator will write its end event
-                end = runs.end_event(run)
-                runs.add_event(client, run_id, runs.END, end, ttl=self.settings.run_ttl)
-            elif before == runs.RUNNING:
-                cancel_run(client, run_id, self.settings)
-        return run
+            return submit.cancel(store, client, self.settings, run_id)
 
     def list_runs(
         self, thread_id: str | None = None, status: str | None = None, limit: int = 20
@@ -387,12 +357,12 @@ class RemoteGraph(AsyncGraphMethods):
         """Run to the end (or a pause) and return the output values, as the local graph
         (``version="v2"``: a ``GraphOutput``, its value a dict: no schema is loaded here)."""
         check_version(version)
-        kw = _run_options(output_keys, interrupt_before, interrupt_after, durability, context)
+        kw = submit.run_options(output_keys, interrupt_before, interrupt_after, durability, context)
         if stream_mode != "values":
             return list(self.stream(input, config, stream_mode=stream_mode, version=version, **kw))
         config = merge_configs(self.config, config)
         callbacks = _CallerCallbacks(config)
-        payload = _run_payload(input, config, [], False, kw, callbacks)
+        payload = submit.run_payload(input, config, [], False, kw, callbacks.asked())
         run_id = self.client.create_run(self.graph_id, "invoke", payload)
         self._cancelled_with_caller(run_id)
         if callbacks:  # what the run reports to them comes on its stream
@@ -426,8 +396,10 @@ class RemoteGraph(AsyncGraphMethods):
         modes, bare = stream_modes(stream_mode, bool(debug))
         config = merge_configs(self.config, config)
         callbacks = _CallerCallbacks(config)
-        options = _run_options(output_keys, interrupt_before, interrupt_after, durability, context)
-        payload = _run_payload(input, config, modes, subgraphs, options, callbacks)
+        options = submit.run_options(
+            output_keys, interrupt_before, interrupt_after, durability, context
+        )
+        payload = submit.run_payload(input, config, modes, subgraphs, options, callbacks.asked())
         run_id = self.client.create_run(self.graph_id, "stream", payload)
         self._cancelled_with_caller(run_id)
         for event in self.client.stream(run_id):
@@ -507,17 +479,9 @@ class RemoteGraph(AsyncGraphMethods):
     def _call(
         self, kind: str, config: Mapping[str, Any], options: Mapping[str, Any], **extra: Any
     ) -> Any:
-        payload = {"config": _run_config(config), "options": dict(options), **extra}
+        payload = {"config": submit.run_config(config), "options": dict(options), **extra}
         run_id = self.client.create_run(self.graph_id, kind, payload)
         return _result(self.client.wait(run_id, self.timeout))
-
-
-def _run_config(config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The parts of a config that travel with a run (live objects such as callbacks stay)."""
-    kept = {k: v for k, v in (config or {}).items() if k in wire.CONFIG_KEYS and k != "run_id"}
-    kept["configurable"] = dict(kept.get("configurable") or {})
-    mark_async_caller(kept["configurable"])
-    return kept
 
 
 class _CallerCallbacks:
@@ -549,42 +513,6 @@ class _CallerCallbacks:
             announce_record(self.lifecycle, event.chunk, own_id)
         elif event.mode == CALLBACK_EVENTS:
             replay(self.handlers, event.chunk, rename={run_id: own_id})
-
-
-def _run_options(
-    output_keys: Sequence[str] | str | None,
-    interrupt_before: Sequence[str] | str | None,
-    interrupt_after: Sequence[str] | str | None,
-    durability: str | None,
-    context: Any,
-) -> dict[str, Any]:
-    """A run's options, by the names ``stream``/``invoke`` take them."""
-    return {
-        "output_keys": output_keys,
-        "interrupt_before": interrupt_before,
-        "interrupt_after": interrupt_after,
-        "durability": durability,
-        "context": context,
-    }
-
-
-def _run_payload(
-    input: Any,
-    config: Mapping[str, Any] | None,
-    modes: list[str],
-    subgraphs: bool,
-    options: Mapping[str, Any],
-    callbacks: _CallerCallbacks | None = None,
-) -> dict[str, Any]:
-    """The payload of an ``invoke``/``stream`` run (with what it reports to ``callbacks``)."""
-    return {
-        "input": input,
-        "config": _run_config(config),
-        "stream_mode": modes,
-        "subgraphs": subgraphs,
-        "options": dict(options),
-        **(callbacks.asked() if callbacks is not None else {}),
-    }
 
 
 def _listed(stream_mode: str | Sequence[str]) -> list[str]:

@@ -27,6 +27,9 @@
     │   └── StoredError                                a task error of a class not loaded here
     ├── LeaseLostError
     ├── ThreadBusyError
+    ├── ThreadExistsError                              a new thread's id is taken
+    ├── ConflictError                                  not in the state it is in now (HTTP 409)
+    ├── RequestTooLargeError                           an HTTP body over the API's limit
     ├── UnservedGraphError         (also LookupError)
     └── GraphBubbleUp              control flow, never shown to users as a failure
         ├── GraphInterrupt
@@ -266,6 +269,18 @@ class LeaseLostError(BulkSyncError):
 
 class ThreadBusyError(BulkSyncError):
     """Raised when a run is submitted with ``multitask_strategy="reject"`` to a busy thread."""
+
+
+class ThreadExistsError(BulkSyncError):
+    """Raised when a thread is created with the id of a thread that exists."""
+
+
+class ConflictError(BulkSyncError):
+    """Raised when a thread or run cannot take a request in the state it is in now."""
+
+
+class RequestTooLargeError(BulkSyncError):
+    """Raised when an HTTP request's body is larger than the API's limit (api_max_body)."""
 
 
 class UnservedGraphError(BulkSyncError, LookupError):

@@ -57,8 +57,8 @@ DEFAULT_VISIBILITY_TIMEOUT: Final = 3600.0
 
 DEMO_DB_NAME: Final = "demo.sqlite"
 
-Group = Literal["cluster", "coordinator", "worker"]
-GROUPS: Final[tuple[Group, ...]] = ("cluster", "coordinator", "worker")
+Group = Literal["cluster", "coordinator", "worker", "api"]
+GROUPS: Final[tuple[Group, ...]] = ("cluster", "coordinator", "worker", "api")
 
 DAY: Final = 24 * 3600
 
@@ -72,13 +72,22 @@ def setting(
     schemes: tuple[str, ...] = (),
     shown: str | None = None,
     factory: Any = None,
+    secret: bool = False,
 ) -> Any:
     """Declare a field of :class:`Settings`: its default, group, unit and one-line help.
 
     ``shown`` is the default as people read it, where the value itself does not say it (a
-    ``None`` that means "three heartbeats"); ``factory`` builds a default computed per instance.
+    ``None`` that means "three heartbeats"); ``factory`` builds a default computed per instance;
+    a ``secret`` is never shown (``repr``, logs).
     """
-    metadata = {"group": group, "doc": doc, "unit": unit, "schemes": schemes, "shown": shown}
+    metadata = {
+        "group": group,
+        "doc": doc,
+        "unit": unit,
+        "schemes": schemes,
+        "shown": shown,
+        "secret": secret,
+    }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -333,6 +342,28 @@ class Settings:
         unit="seconds",
     )
 
+    # -- api: the HTTP API (`bulksync api`) -------------------------------------------------
+    api_keys: str | None = setting(
+        group="api",
+        doc="keys an HTTP client must send as x-api-key, comma-separated; none: no key is "
+        "asked for, and `bulksync api` listens on loopback only unless given --insecure",
+        unit="keys",
+        shown="none",
+        secret=True,
+    )
+    api_max_body: int = setting(
+        16 * 1024 * 1024,
+        group="api",
+        doc="largest request body the HTTP API reads; a larger one is refused with 413",
+        unit="bytes",
+    )
+    api_retry_window: float = setting(
+        5.0,
+        group="api",
+        doc="how long the HTTP API retries a lost Postgres before it answers 503",
+        unit="seconds",
+    )
+
     def __post_init__(self) -> None:
         for declared in declarations():
             declared.check(getattr(self, declared.name), declared.env)
@@ -368,6 +399,11 @@ class Settings:
     def demo_db(self) -> Path:
         """The SQLite file ``bulksync demo`` checkpoints into unless told otherwise."""
         return self.home / DEMO_DB_NAME
+
+    @property
+    def api_key_set(self) -> frozenset[str]:
+        """The keys of ``api_keys`` (blanks around and between commas dropped)."""
+        return frozenset(k.strip() for k in (self.api_keys or "").split(",") if k.strip())
 
     @property
     def lease_ttl(self) -> float:
@@ -417,6 +453,7 @@ class Declaration:
     doc: str
     schemes: tuple[str, ...]
     shown: str | None
+    secret: bool = False
 
     @property
     def env(self) -> str:
@@ -445,6 +482,8 @@ class Declaration:
 
     def show(self, value: Any) -> Any:
         """``value`` safe for a log: a URL with its password hidden, a path as text."""
+        if self.secret:
+            return "***" if value else value
         if self.schemes and isinstance(value, str):
             return redact(value)
         return str(value) if isinstance(value, Path) else value
@@ -536,6 +575,7 @@ def declarations(group: Group | None = None) -> tuple[Declaration, ...]:
                 doc=meta["doc"],
                 schemes=meta["schemes"],
                 shown=meta["shown"],
+                secret=meta["secret"],
             )
         )
     return tuple(found)

@@ -137,6 +137,15 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX bulksync_store_prefix ON bulksync_store (prefix text_pattern_ops);
     CREATE INDEX bulksync_store_expires ON bulksync_store (expires_at)
         WHERE expires_at IS NOT NULL""",
+    # 9: threads as the HTTP API names them (bulksync/service/threads.py documents the columns).
+    """CREATE TABLE bulksync_threads (
+        thread_id text PRIMARY KEY,
+        graph_id text,
+        metadata jsonb NOT NULL DEFAULT '{}',
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    );
+    CREATE INDEX bulksync_threads_by_update ON bulksync_threads (updated_at)""",
 )
 """Schema steps, applied in order; append new ones, never edit or reorder (see above)."""
 

@@ -66,12 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    from bulksync.cli import cluster, demo, flower, worker
+    from bulksync.cli import api, cluster, demo, flower, worker
 
     demo.add_parser(commands)
     worker.add_parser(commands)
     cluster.add_parsers(commands)
     flower.add_parser(commands)
+    api.add_parser(commands)
     return parser
 
 

@@ -68,6 +68,7 @@ from bulksync.errors import (
     ThreadBusyError,
 )
 from bulksync.retry import retry
+from bulksync.service.threads import TOUCH_SQL
 from bulksync.workers import wire
 
 PENDING: Final = "pending"
@@ -414,6 +415,8 @@ class RunStore:
                         "behind it."
                     )
             row = cur.execute(_INSERT_SQL, args).fetchone()
+            if kind not in READ_KINDS:
+                cur.execute(TOUCH_SQL, (thread_id, args[2]))
         assert row is not None
         return _run(row)
 
@@ -544,12 +547,22 @@ class RunStore:
         return run
 
     def list(
-        self, *, thread_id: str | None = None, status: str | None = None, limit: int = 20
+        self,
+        *,
+        thread_id: str | None = None,
+        status: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        kinds: Sequence[str] | None = None,
     ) -> list[Run]:
-        """Runs newest first, optionally of one thread and/or one status."""
+        """Runs newest first, optionally of one thread, one status and some ``kinds``."""
         if status is not None and status not in STATUSES:
             raise ConfigError(f"unknown run status {status!r}; use one of {STATUSES}")
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
+        if kinds is not None:
+            where.append("kind = ANY(%s)")
+            params.append(list(kinds))
         if thread_id is not None:
             where.append("thread_id = %s")
             params.append(thread_id)
@@ -559,7 +572,7 @@ class RunStore:
         sql = f"SELECT {_COLUMNS} FROM bulksync_runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY seq DESC LIMIT {max(0, int(limit))}"
+        sql += f" ORDER BY seq DESC LIMIT {max(0, int(limit))} OFFSET {max(0, int(offset))}"
 
         def read(_: int) -> list[Run]:
             with self.pool.connection() as conn:
@@ -567,6 +580,20 @@ class RunStore:
                 return [_run(r) for r in cur.execute(sql, params).fetchall()]
 
         return self._retry(read, "listing runs")
+
+    def delete(self, run_id: str) -> bool:
+        """Forget a finished run; whether there was one (an active run is left alone)."""
+
+        def delete(_: int) -> bool:
+            with self.pool.connection() as conn:
+                cur = conn.execute(
+                    "DELETE FROM bulksync_runs WHERE run_id = %s AND status NOT IN "
+                    "('pending', 'running')",
+                    (run_id,),
+                )
+                return bool(cur.rowcount > 0)
+
+        return self._retry(delete, f"deleting run {run_id}")
 
 
 def _run(row: Mapping[str, Any]) -> Run:
