@@ -310,9 +310,10 @@ class _Tracker:
     """Follows the root graph's chunks: the invoke-style output, interrupts and progress.
 
     A step's progress events are ``every`` seconds apart, except its first and last; each
-    carries the step, its tasks done and in all, and — once a cluster executor has looked at
-    the step's tasks (``progress`` chunks) — where the others are: queued, running (on which
-    workers, for how long), and queues whose tasks no worker takes.
+    carries the step, its tasks done and in all, how long it has run (``elapsed_s``), per
+    node its tasks in all, done and failed (``nodes``), and — once a cluster executor has
+    looked at the step's tasks (``progress`` chunks) — where the others are: queued, running
+    (on which workers, for how long; per node too), and queues whose tasks no worker takes.
     """
 
     def __init__(self, every: float) -> None:
@@ -324,6 +325,8 @@ class _Tracker:
         self.done = 0
         self.total = 0
         self.sent = 0.0
+        self.began = 0.0
+        self.nodes: dict[str, dict[str, int]] = {}  # per node: total, done, failed
         self.where: dict[str, Any] = {}  # the step's latest ``progress`` chunk, counts aside
 
     def observe(self, mode: str, chunk: Any) -> dict[str, Any] | None:
@@ -339,21 +342,41 @@ class _Tracker:
             self.interrupted = True
             self.interrupts.extend(chunk[INTERRUPT])
         elif mode == "debug" and isinstance(chunk, dict):
+            payload = chunk.get("payload")
+            name = payload.get("name") if isinstance(payload, dict) else None
             if chunk.get("type") == "task":
                 if chunk.get("step") != self.step:
                     self.step, self.done, self.total = chunk.get("step"), 0, 0
-                    self.where = {}
+                    self.where, self.nodes, self.began = {}, {}, time.monotonic()
                 self.total += 1
+                self._node(name)["total"] += 1
             elif chunk.get("type") == "task_result" and chunk.get("step") == self.step:
                 self.done += 1
+                failed = isinstance(payload, dict) and payload.get("error") is not None
+                self._node(name)["failed" if failed else "done"] += 1
                 now = time.monotonic()
                 if self.done in (1, self.total) or now - self.sent >= self.every:
                     return self._event(now)
         return None
 
+    def _node(self, name: Any) -> dict[str, int]:
+        return self.nodes.setdefault(str(name), {"total": 0, "done": 0, "failed": 0})
+
     def _event(self, now: float) -> dict[str, Any]:
         self.sent = now
-        return {"step": self.step or 0, "done": self.done, "total": self.total, **self.where}
+        where = self.where.get("nodes") or {}
+        nodes = {
+            name: {**counts, **where.get(name, {"queued": 0, "running": 0})}
+            for name, counts in self.nodes.items()
+        }
+        return {
+            "step": self.step or 0,
+            "done": self.done,
+            "total": self.total,
+            **self.where,
+            "elapsed_s": round(now - self.began, 3),
+            "nodes": nodes,
+        }
 
     def output(self) -> Any:
         """What ``invoke`` returns for the chunks seen (same rule as the local graph)."""

@@ -64,6 +64,12 @@ def test_progress_events_count_each_steps_tasks(service: Service) -> None:
     last = {p["step"]: p for p in progress}
     assert [(p["done"], p["total"]) for p in last.values()] == [(1, 1), (6, 6), (1, 1)]
     assert list(last) == sorted(last)
+    # Per node too (what the run view draws): the step's fan-out is one node's six tasks.
+    for p in last.values():
+        assert sum(n["total"] for n in p["nodes"].values()) == p["total"]
+        assert all(n["done"] == n["total"] and n["failed"] == 0 for n in p["nodes"].values())
+        assert p["elapsed_s"] >= 0
+    assert [len(p["nodes"]) for p in last.values()] == [1, 1, 1]
 
 
 def test_wait_gives_up_after_its_timeout(service: Service) -> None:

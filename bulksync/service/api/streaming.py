@@ -63,10 +63,16 @@ def event_name(event: RunEvent) -> str:
 
 
 def wanted(event: RunEvent, modes: Collection[str] | None) -> bool:
-    """Whether a client that asked for ``modes`` (None: all the run streams) gets ``event``."""
+    """Whether a client that asked for ``modes`` (None: all the run streams) gets ``event``.
+
+    ``progress`` (a step's task counts, per node too: what the run view draws) only when
+    asked for by name; the run's other bookkeeping events never.
+    """
+    if event.mode == runs.PROGRESS:
+        return modes is not None and runs.PROGRESS in modes
     if event.mode in _PRIVATE:
         return False
-    return modes is None or not modes or event.mode in modes
+    return not modes or event.mode in modes
 
 
 async def sse(

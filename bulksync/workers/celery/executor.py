@@ -430,7 +430,7 @@ class CeleryStep:
         after = self.ex.settings.queue_wait_warning
         waiting = waiting_queues(found, self.tasks, self._queue, after)
         warn_waiting(waiting, self._warned, self.ex.graph_id, self.run_id, self.thread, step)
-        chunk = progress_chunk(step, len(self.tasks), len(self.tasks) - pending, found, waiting)
+        chunk = progress_chunk(step, self.tasks, len(self.tasks) - pending, found, waiting)
         self.live.sink(self.step.namespace, "progress", chunk)
 
     def _republish(self, r: redis.Redis, tasks: list[Task]) -> None:

@@ -88,11 +88,20 @@ def warn_waiting(
 
 
 def progress_chunk(
-    step: int, total: int, done: int, found: Survey, waiting: list[Waiting]
+    step: int,
+    tasks: Mapping[str, Task],
+    done: int,
+    found: Survey,
+    waiting: list[Waiting],
 ) -> dict[str, Any]:
-    """The ``progress`` chunk of a step: counts, the workers running its tasks (a worker is
-    its claim holder's ``host:pid``) with the longest a task has run there, and the waiting
-    queues."""
+    """The ``progress`` chunk of a step: counts (also per node: ``nodes``), the workers
+    running its tasks (a worker is its claim holder's ``host:pid``) with the longest a task
+    has run there, and the waiting queues."""
+    nodes: dict[str, dict[str, int]] = {}
+    for state, ids in (("queued", found.queued), ("running", found.running)):
+        for task_id in ids:
+            counts = nodes.setdefault(tasks[task_id].name, {"queued": 0, "running": 0})
+            counts[state] += 1
     workers: dict[str, dict[str, Any]] = {}
     for holder, seconds in found.running.values():
         host, _, rest = holder.partition(":")
@@ -102,10 +111,11 @@ def progress_chunk(
         seen["longest_s"] = max(seen["longest_s"], round(seconds, 1))
     return {
         "step": step,
-        "total": total,
+        "total": len(tasks),
         "done": done,
         "queued": len(found.queued),
         "running": len(found.running),
+        "nodes": nodes,
         "workers": workers,
         "waiting": [w.chunk() for w in waiting],
     }

@@ -35,7 +35,7 @@ def test_queues_are_reported_once_their_tasks_waited_long_enough() -> None:
     assert waiting_queues(found, TASKS, queue_of, after=60.0) == []
 
 
-def test_the_chunk_counts_tasks_per_worker_process() -> None:
+def test_the_chunk_counts_tasks_per_worker_process_and_per_node() -> None:
     found = Survey(
         [],
         [],
@@ -43,13 +43,18 @@ def test_the_chunk_counts_tasks_per_worker_process() -> None:
         queued={"c1": 2.0},
         running={"a1": ("h1:10:ab", 3.0), "a2": ("h1:10:ab", 7.5), "b1": ("h2:7:cd", 1.0)},
     )
-    chunk = progress_chunk(4, 5, 1, found, [])
+    chunk = progress_chunk(4, TASKS, 0, found, [])
     assert chunk == {
         "step": 4,
-        "total": 5,
-        "done": 1,
+        "total": 4,
+        "done": 0,
         "queued": 1,
         "running": 3,
+        "nodes": {
+            "summarize": {"queued": 1, "running": 0},
+            "embed": {"queued": 0, "running": 2},
+            "rank": {"queued": 0, "running": 1},
+        },
         "workers": {
             "h1:10": {"tasks": 2, "longest_s": 7.5},
             "h2:7": {"tasks": 1, "longest_s": 1.0},
@@ -57,7 +62,7 @@ def test_the_chunk_counts_tasks_per_worker_process() -> None:
         "waiting": [],
     }
     line = progress_text(chunk)
-    assert line == "step 4 · tasks 1/5 · 1 queued · 3 running on 2 workers (longest 8s)"
+    assert line == "step 4 · tasks 0/4 · 1 queued · 3 running on 2 workers (longest 8s)"
 
 
 def test_the_line_before_the_coordinator_looked_is_the_counts_alone() -> None:
