@@ -160,17 +160,19 @@ class PostgresSaver(AsyncSaverMethods):
         serde: Serde | None = None,
         connect_timeout: float = 10.0,
         retry_window: float = RETRY_WINDOW,
+        pool_wait: float = 30.0,
     ) -> Iterator[PostgresSaver]:
         """Open a pool of up to ``max_size`` connections for the ``with`` block, then close it.
 
         Calls through an outage are retried for ``retry_window`` seconds; opening is not: a
-        Postgres that cannot be reached now fails at once.
+        Postgres that cannot be reached now fails at once. A call waits up to ``pool_wait``
+        seconds for a connection of the pool (``PoolTimeout`` then).
 
         Raises:
             ServiceUnavailableError: when ``url`` is malformed or Postgres does not accept a
                 connection within ``connect_timeout`` seconds.
         """
-        pool = open_pool(url, max_size=max_size, connect_timeout=connect_timeout)
+        pool = open_pool(url, max_size=max_size, connect_timeout=connect_timeout, wait=pool_wait)
         try:
             yield cls(pool, serde=serde, retry_window=retry_window)
         finally:
@@ -511,9 +513,15 @@ def _columns(keys: Sequence[tuple[Any, ...]], width: int) -> builtins.list[built
 
 
 def open_pool(
-    url: str, *, max_size: int, connect_timeout: float, name: str = "bulksync-postgres"
+    url: str,
+    *,
+    max_size: int,
+    connect_timeout: float,
+    name: str = "bulksync-postgres",
+    wait: float = 30.0,
 ) -> ConnectionPool[Any]:
-    """An open pool of up to ``max_size`` autocommit connections to ``url``.
+    """An open pool of up to ``max_size`` autocommit connections to ``url``; a caller waits
+    up to ``wait`` seconds for one.
 
     Raises:
         ServiceUnavailableError: ``url`` is malformed, or Postgres does not accept a
@@ -524,7 +532,13 @@ def open_pool(
     except psycopg.Error as exc:
         raise _unavailable(url, str(exc)) from exc
     pool: ConnectionPool[Any] = ConnectionPool(
-        url, min_size=1, max_size=max_size, kwargs={"autocommit": True}, open=False, name=name
+        url,
+        min_size=1,
+        max_size=max_size,
+        kwargs={"autocommit": True},
+        open=False,
+        name=name,
+        timeout=wait,
     )
     try:
         pool.open(wait=True, timeout=connect_timeout)

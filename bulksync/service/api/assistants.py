@@ -7,6 +7,7 @@ created, changed or deleted through the API: they are the graphs loaded.
 
 from __future__ import annotations
 
+import typing
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -117,13 +118,26 @@ def _schemas(builder: Any) -> dict[str, Any]:
 
 
 def json_schema(schema: Any) -> dict[str, Any] | None:
-    """The JSON schema of a TypedDict, dataclass or pydantic model; None for other types."""
+    """The JSON schema of a TypedDict, dataclass or pydantic model; None for other types, or
+    for one whose fields pydantic cannot describe (arbitrary classes in the state)."""
     if schema is None or not isinstance(schema, type):
         return None
-    from pydantic import TypeAdapter
+    from pydantic import ConfigDict, TypeAdapter, create_model
 
     try:
-        produced: dict[str, Any] = TypeAdapter(schema).json_schema()
-    except Exception:  # a type pydantic cannot describe (arbitrary classes in the state)
+        if typing.is_typeddict(schema):
+            # pydantic takes only typing_extensions' TypedDict before Python 3.12: describe
+            # the same fields as a model (the keys it may lack are optional).
+            hints = typing.get_type_hints(schema, include_extras=True)
+            required = getattr(schema, "__required_keys__", frozenset(hints))
+            fields: dict[str, Any] = {
+                name: (hint, ... if name in required else None) for name, hint in hints.items()
+            }
+            config = ConfigDict(arbitrary_types_allowed=True)
+            model = create_model(schema.__name__, __config__=config, **fields)
+            produced: dict[str, Any] = model.model_json_schema()
+        else:
+            produced = TypeAdapter(schema).json_schema()
+    except Exception:  # any failure to describe it: no schema rather than no answer
         return None
     return produced

@@ -113,7 +113,7 @@ def _command(body: CommandBody) -> Command[Any]:
     update = body.update
     if isinstance(update, list):
         update = [tuple(pair) for pair in update]
-    return Command(update=update, resume=body.resume, goto=targets)
+    return Command(update=update, resume=body.resume, goto=tuple(targets))
 
 
 def _send(record: Mapping[str, Any]) -> Send:

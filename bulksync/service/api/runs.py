@@ -10,6 +10,7 @@ dropped stream resumes from ``Last-Event-ID`` and any number of clients may foll
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final
 
@@ -62,19 +63,18 @@ def _start(server: Backend, thread_id: str | None, body: RunCreate) -> _Started:
     graph_id = graph_id_of(server, body.assistant_id)
     modes = body.modes()
     threadless = thread_id is None
+    # A thread the run names is created with the run (RunStore.create adds its row).
     if thread_id is None:
         if body.command is not None and body.command.resume is not None:
             raise ConfigError("command.resume needs a thread with an interrupt: pass its id")
-        thread_id = server.threads.create(graph_id=graph_id).thread_id
+        thread_id = str(uuid.uuid4())
     else:
         row = server.threads.get(thread_id)
         if row is None and body.if_not_exists != "create":
             raise LookupError(
                 f"no thread '{thread_id}'; create it first, or pass if_not_exists='create'"
             )
-        if row is None:
-            row = server.threads.create(thread_id, graph_id=graph_id, if_exists="do_nothing")
-        if row.graph_id not in (None, graph_id):
+        if row is not None and row.graph_id not in (None, graph_id):
             raise ConflictError(
                 f"thread '{thread_id}' belongs to graph '{row.graph_id}', not '{graph_id}'; "
                 "run this graph on another thread"
@@ -323,3 +323,57 @@ async def wait_threadless(server: Server, body: RunCreate) -> StreamingResponse:
         media_type="application/json",
         headers=started.headers(),
     )
+
+
+# -- every run of a thread ---------------------------------------------------------------------
+
+
+@router.get("/threads/{thread_id}/stream")
+async def thread_stream(
+    server: Server,
+    thread_id: str,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> EventSourceResponse:
+    """The events of the thread's runs as they come, one run after the other, each ended by
+    ``metadata`` ``{"status": "run_done", "run_id"}``; from the active run (or after
+    ``Last-Event-ID``), and then every later run, until the client leaves."""
+    await run_in_threadpool(server.thread, thread_id)
+    return EventSourceResponse(_thread_events(server, thread_id, last_event_id))
+
+
+async def _thread_events(
+    server: Backend, thread_id: str, last_event_id: str | None
+) -> AsyncIterator[dict[str, Any]]:
+    """Follows the thread's runs; an event's id is ``<run id>:<its stream id>``."""
+    run_id, _, after = (last_event_id or "").partition(":")
+    seen: set[str] = set()
+    first = True
+    while True:
+        found = await run_in_threadpool(
+            server.store.list, thread_id=thread_id, limit=50, kinds=LISTED_KINDS
+        )
+        queue = [run for run in reversed(found) if run.run_id not in seen]
+        if run_id:  # resuming: the runs up to the one the client was reading are done
+            ids = [run.run_id for run in queue]
+            if run_id in ids:
+                queue = queue[ids.index(run_id) :]
+        elif first:  # a new client: from the active run on
+            seen.update(run.run_id for run in queue if run.finished)
+            queue = [run for run in queue if not run.finished]
+        first = False
+        if not queue:
+            await asyncio.sleep(server.settings.stream_wait)
+            continue
+        for run in queue:
+            start = after if run.run_id == run_id else "0"
+            async for event in server.events(run.run_id, start):
+                if event.mode == runs.END:
+                    done = {"status": "run_done", "run_id": run.run_id}
+                    ident = f"{run.run_id}:{event.id}"
+                    yield {"event": "metadata", "data": streaming.dumps(done), "id": ident}
+                elif streaming.wanted(event, None):
+                    data = streaming.dumps(encode.jsonable(event.chunk))
+                    name = streaming.event_name(event)
+                    yield {"event": name, "data": data, "id": f"{run.run_id}:{event.id}"}
+            seen.add(run.run_id)
+        run_id = after = ""
