@@ -40,6 +40,7 @@ from bulksync.errors import (
     ServiceUnavailableError,
     ThreadBusyError,
     ThreadExistsError,
+    UnservedGraphError,
 )
 from bulksync.service import runs
 from bulksync.service.api import streaming
@@ -129,13 +130,16 @@ class Backend:
 
 def create_app(settings: Settings, registry: GraphRegistry) -> FastAPI:
     """The API over the cluster ``settings`` name, its assistants the graphs of ``registry``."""
-    from bulksync.service.api import assistants, health, runs, threads
+    from bulksync.service.api import assistants, health, runs, threads, ui
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         window = settings.api_retry_window
         with PostgresSaver.from_conn_string(
-            settings.database_url, max_size=settings.db_connections, retry_window=window
+            settings.database_url,
+            max_size=settings.db_connections,
+            retry_window=window,
+            pool_wait=window,
         ) as saver:
             saver.setup()
             streams = aredis.Redis.from_url(settings.redis_url, socket_connect_timeout=3)
@@ -161,7 +165,7 @@ def create_app(settings: Settings, registry: GraphRegistry) -> FastAPI:
         summary="LangGraph's Agent Server API over a bulksync cluster",
         lifespan=lifespan,
     )
-    for module in (health, assistants, threads, runs):
+    for module in (health, assistants, threads, runs, ui):
         app.include_router(module.router)
     for kind, status in _STATUS.items():
         app.add_exception_handler(kind, _answer(status))
@@ -185,6 +189,7 @@ _STATUS: Final[dict[type[Exception], int]] = {
     RequestTooLargeError: 413,
     ValueError: 422,
     ServiceUnavailableError: 503,
+    UnservedGraphError: 503,
     redis.ConnectionError: 503,
     redis.TimeoutError: 503,
     psycopg.OperationalError: 503,
@@ -232,7 +237,9 @@ class _KeyCheck:
         self.keys = [k.encode() for k in keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or scope["path"] in OPEN_PATHS:
+        path = scope.get("path", "")  # the run view's pages (/ui, not its /ui/api): no data
+        page = (path + "/").startswith("/ui/") and not path.startswith("/ui/api")
+        if scope["type"] != "http" or not self.keys or path in OPEN_PATHS or page:
             await self.app(scope, receive, send)
             return
         given = dict(scope["headers"]).get(b"x-api-key", b"")
