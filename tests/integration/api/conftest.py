@@ -29,6 +29,7 @@ from bulksync.settings import Settings
 GRAPHS = "tests.integration.api.graphs"
 FANOUT = f"{GRAPHS}:fanout"
 APPROVAL = f"{GRAPHS}:approval"
+NESTED = f"{GRAPHS}:nested"
 READY_WAIT = 60.0
 ROOT = Path(__file__).resolve().parents[3]
 

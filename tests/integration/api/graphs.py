@@ -1,9 +1,9 @@
 """Graphs the HTTP API tests serve: ``bulksync api``, ``coordinator`` and ``worker`` processes
 load this module (``--graph tests.integration.api.graphs``).
 
-``fanout``: one ``Send`` per item to ``square``, a reducer sums them up. ``approval``: asks
-for approval with ``interrupt`` and records the answer. ``slow``: waits ``seconds`` per item
-(for cancelling and watching a run in progress).
+``fanout``: one ``Send`` per item to ``square``, a reducer sums them up (each waits
+``seconds``: for cancelling and watching a run in progress). ``approval``: asks for approval
+with ``interrupt`` and records the answer. ``nested``: ``approval`` as a subgraph node.
 """
 
 from __future__ import annotations
@@ -76,3 +76,27 @@ def _approval() -> Any:
 
 fanout = _fanout()
 approval = _approval()
+
+
+class Outer(TypedDict, total=False):
+    text: str
+    decision: str
+    log: Annotated[list[str], operator.add]
+
+
+def _wrap(state: Outer) -> dict[str, Any]:
+    return {"log": ["wrapped"]}
+
+
+def _nested() -> Any:
+    """``approval`` as a subgraph node: its interrupt pauses the outer graph."""
+    builder = StateGraph(Outer)
+    builder.add_node("review", approval)
+    builder.add_node("wrap", _wrap)
+    builder.add_edge(START, "review")
+    builder.add_edge("review", "wrap")
+    builder.add_edge("wrap", END)
+    return builder.compile()
+
+
+nested = _nested()

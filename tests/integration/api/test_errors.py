@@ -177,7 +177,7 @@ def test_keys_are_required_when_set_and_never_logged(api_server: ApiServer) -> N
             wrong = http.post("/assistants/search", json={}, headers={"x-api-key": "k-third"})
             assert wrong.status_code == 401
             right = http.post("/assistants/search", json={}, headers={"x-api-key": "k-second"})
-            assert right.status_code == 200 and len(right.json()) == 2
+            assert right.status_code == 200 and len(right.json()) == 3
             assert http.get("/ok").status_code == 200  # probes need no key
             big = {"assistant_id": FANOUT, "input": {"items": list(range(2000))}}
             answer = http.post("/runs", content=json.dumps(big), headers={"x-api-key": "k-first"})

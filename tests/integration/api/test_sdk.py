@@ -16,7 +16,7 @@ import pytest
 from bulksync.checkpoint.memory import InMemorySaver
 from bulksync.types import Command as LocalCommand
 from tests.integration.api import graphs
-from tests.integration.api.conftest import APPROVAL, FANOUT, ApiServer
+from tests.integration.api.conftest import APPROVAL, FANOUT, NESTED, ApiServer
 
 pytestmark = pytest.mark.integration
 
@@ -120,7 +120,7 @@ def test_sdk_runs_without_a_thread(sdk: Any) -> None:
 def test_sdk_lists_assistants_and_draws_their_graph(sdk: Any) -> None:
     client = sdk
     found = {a["graph_id"]: a for a in client.assistants.search()}
-    assert set(found) == {FANOUT, APPROVAL}
+    assert set(found) == {FANOUT, APPROVAL, NESTED}
     assert client.assistants.get(found[FANOUT]["assistant_id"])["graph_id"] == FANOUT
     drawing = client.assistants.get_graph(FANOUT)
     assert {n["id"] for n in drawing["nodes"]} == {"__start__", "square", "sum", "__end__"}
@@ -188,3 +188,30 @@ def test_sdk_follows_every_run_of_a_thread(api_server: ApiServer, sdk: Any) -> N
     # Each run's last values come just before its run_done.
     last = [seen[i - 1].data["total"] for i, p in enumerate(seen) if p.event == "metadata"]
     assert last == [5, 14] and {p.event for p in seen} == {"values", "metadata"}
+
+
+def test_sdk_reads_a_paused_subgraphs_state(sdk: Any) -> None:
+    thread_id = sdk.threads.create()["thread_id"]
+    paused = sdk.runs.wait(thread_id, NESTED, input={"text": "deep"})
+    assert paused["__interrupt__"][0]["value"]["text"] == "deep"
+    flat = sdk.threads.get_state(thread_id)
+    [task] = flat["tasks"]
+    assert task["name"] == "review" and task["state"] is None
+    assert task["checkpoint"]["checkpoint_ns"].startswith("review:")
+    deep = sdk.threads.get_state(thread_id, subgraphs=True)
+    inner = deep["tasks"][0]["state"]
+    assert inner["next"] == ["approve"] and inner["values"]["log"] == ["drafted deep"]
+    # The subgraph's own checkpoint, by its namespace.
+    at = sdk.threads.get_state(thread_id, checkpoint=task["checkpoint"])
+    assert at["values"] == inner["values"]
+    done = sdk.runs.wait(thread_id, NESTED, command={"resume": "ok"})
+    assert done["log"] == ["drafted deep", "decided ok", "wrapped"]
+
+
+def test_the_api_describes_itself(api_server: ApiServer) -> None:
+    with api_server.http() as http:
+        spec = http.get("/openapi.json").json()
+        assert "/threads/{thread_id}/runs/stream" in spec["paths"]
+        assert http.get("/docs").status_code == 200
+        info = http.get("/info").json()
+        assert FANOUT in info["graphs"] and info["version"]
