@@ -4,7 +4,11 @@ The graph lives in :mod:`bulksync.demo` (so ``bulksync demo`` runs the very same
 there. ``split`` picks N subjects, one ``Send("generate", {"subject": …})`` per subject runs
 ``generate`` N times in one superstep, and ``summarize`` reduces the jokes the ``operator.add``
 reducer gathered. This script runs it in-process without a checkpointer and prints each
-superstep's updates as they stream out.
+superstep's updates as they stream out. On a cluster it is ``examples.map_reduce:graph``::
+
+    PYTHONPATH=. bulksync worker --graph examples.map_reduce:graph
+    PYTHONPATH=. bulksync coordinator --graph examples.map_reduce:graph
+    bulksync submit examples.map_reduce:graph --wait --input '{"topics": ["cats"], "fanout": 6}'
 """
 
 from __future__ import annotations
@@ -14,9 +18,11 @@ import sys
 from bulksync.demo import build_demo_graph, demo_input
 
 
+graph = build_demo_graph().compile()
+
+
 def main(fanout: int = 4) -> None:
     """Stream the demo graph's updates, then print the reduced result."""
-    graph = build_demo_graph().compile()
     for update in graph.stream(demo_input(fanout), stream_mode="updates"):
         for node, writes in update.items():
             print(f"{node}: {writes}")

@@ -11,10 +11,11 @@ is a task a worker runs, and a model's parallel tool calls run on as many worker
     bulksync submit examples.supervisor:graph --wait \\
         --input '{"messages": [["user", "what is 6 times 7, plus 8 times 9?"]]}'
 
-The models are scripted (``ScriptedChatModel``): deterministic, no API key, and they decide
-from the conversation itself, so the same graph answers every run the same way. Swap in a
-real chat model (any LangChain ``BaseChatModel`` that supports tool calling) to use it for
-real. Needs the ``agents`` extra (``pip install 'bulksync[agents]'``).
+The models are scripted (``examples/_models.py``): deterministic, no API key, and they decide
+from the conversation itself, so the same graph answers every run the same way. Set
+``BULKSYNC_EXAMPLE_MODEL`` (e.g. ``openai:gpt-4o-mini``, with ``pip install langchain
+langchain-openai``) to run the agents on a real model instead. Needs the ``agents`` extra
+(``pip install 'bulksync[agents]'``).
 """
 
 from __future__ import annotations
@@ -22,79 +23,41 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
-from langchain_core.tools import tool
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+
+if not __package__:  # run as a script: ``examples.*`` imports from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bulksync.graph import END, START, MessagesState, StateGraph
 from bulksync.prebuilt import create_react_agent
 from bulksync.types import Command
+from examples._models import chat_model, question, results
+from examples._tools import add, multiply, search
 
-FACTS = {
-    "pregel": "Pregel is Google's bulk-synchronous graph system (Malewicz et al., 2010).",
-    "celery": "Celery is a distributed task queue for Python, first released in 2009.",
-}
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
+MATH_PROMPT = "You are a math agent: answer with your add and multiply tools, then the result."
+RESEARCH_PROMPT = "You are a research agent: look the topic up with search, then answer briefly."
 
 
-@tool
-def multiply(a: int, b: int) -> int:
-    """Multiply two integers."""
-    return a * b
+def script(messages: Sequence[BaseMessage], tools: tuple[str, ...]) -> AIMessage:
+    """Both agents' scripted model: asked a question, it calls its tools — ``multiply`` for
+    each "A times B", ``search`` otherwise (all calls in one message, so they run in
+    parallel); once every call is answered it replies with the answers, summed when there are
+    several products."""
+    answers = results(messages, *tools)
+    return _answer(answers) if answers else _calls(question(messages), tools)
 
 
-@tool
-def search(query: str) -> str:
-    """Look a topic up in the (tiny, offline) encyclopedia."""
-    hits = [fact for topic, fact in FACTS.items() if topic in query.lower()]
-    return " ".join(hits) or f"Nothing found about {query!r}."
-
-
-class ScriptedChatModel(BaseChatModel):
-    """A deterministic tool-calling chat model for examples and tests.
-
-    Asked a question, it calls its tools: ``multiply`` for each "A times B" and ``search`` for
-    a "who/what is" question (all calls in one message, so they run in parallel); once every
-    call is answered it replies with the answers, summed when there are several products.
-    """
-
-    tool_names: tuple[str, ...] = ()
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:
-        return self.model_copy(update={"tool_names": tuple(t.name for t in tools)})
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        answers = [m for m in messages if isinstance(m, ToolMessage)]
-        reply = _answer(answers) if answers else _calls(_question(messages), self.tool_names)
-        return ChatResult(generations=[ChatGeneration(message=reply)])
-
-
-def _question(messages: list[BaseMessage]) -> str:
-    return next(str(m.content) for m in reversed(messages) if isinstance(m, HumanMessage))
-
-
-def _calls(question: str, tools: tuple[str, ...]) -> AIMessage:
+def _calls(asked: str, tools: tuple[str, ...]) -> AIMessage:
     """The tool calls a question asks for (none: a reply saying so)."""
     calls: list[dict[str, Any]] = []
     if "multiply" in tools:
-        for i, (a, b) in enumerate(re.findall(r"(\d+) times (\d+)", question)):
+        for i, (a, b) in enumerate(re.findall(r"(\d+) times (\d+)", asked)):
             calls.append({"name": "multiply", "args": {"a": int(a), "b": int(b)}, "id": f"m{i}"})
     if "search" in tools and not calls:
-        calls.append({"name": "search", "args": {"query": question}, "id": "s0"})
+        calls.append({"name": "search", "args": {"query": asked}, "id": "s0"})
     if not calls:
         return AIMessage(content="I have no tool for that question.")
     return AIMessage(content="", tool_calls=calls)
@@ -108,8 +71,12 @@ def _answer(answers: list[ToolMessage]) -> AIMessage:
     return AIMessage(content=" ".join(values))
 
 
-math_agent = create_react_agent(ScriptedChatModel(), [add, multiply], name="math_agent")
-research_agent = create_react_agent(ScriptedChatModel(), [search], name="research_agent")
+math_agent = create_react_agent(
+    chat_model(script), [add, multiply], prompt=MATH_PROMPT, name="math_agent"
+)
+research_agent = create_react_agent(
+    chat_model(script), [search], prompt=RESEARCH_PROMPT, name="research_agent"
+)
 
 
 def supervisor(state: MessagesState) -> Command[Any]:
@@ -117,8 +84,8 @@ def supervisor(state: MessagesState) -> Command[Any]:
     last = state["messages"][-1]
     if isinstance(last, AIMessage) and not last.tool_calls:
         return Command(goto=END)
-    question = _question(state["messages"])
-    specialist = "math_agent" if re.search(r"\d+ times \d+", question) else "research_agent"
+    asked = question(state["messages"])
+    specialist = "math_agent" if re.search(r"\d+ times \d+", asked) else "research_agent"
     return Command(goto=specialist)
 
 
