@@ -13,6 +13,7 @@ import contextlib
 import importlib
 import importlib.util
 import io
+import json
 import re
 import shlex
 import shutil
@@ -265,6 +266,24 @@ def test_k8s_secrets_referenced_exist() -> None:
                 assert ref["key"] in secrets.get(ref["name"], set()), (
                     f"{where}: {variable['name']} reads missing key {ref['name']}/{ref['key']}"
                 )
+
+
+def test_k8s_containers_have_probes_that_bulksync_runs() -> None:
+    for where, container in k8s_containers():
+        for kind in ("readinessProbe", "livenessProbe"):
+            probe = container.get(kind)
+            assert probe, f"{where} has no {kind}"
+            if "exec" in probe:
+                check_bulksync(f"{where} {kind}", [str(a) for a in probe["exec"]["command"]])
+            else:
+                assert probe["httpGet"]["path"].startswith("/"), f"{where}: {kind} has no path"
+
+
+def test_dockerfile_checks_the_health_of_what_it_runs() -> None:
+    checks = [a for k, a in dockerfile_instructions() if k == "HEALTHCHECK"]
+    assert checks, "the Dockerfile has no HEALTHCHECK"
+    argv = json.loads(checks[-1].partition("CMD")[2])
+    check_bulksync("Dockerfile HEALTHCHECK", argv)
 
 
 def test_k8s_workers_start_with_two_replicas() -> None:
