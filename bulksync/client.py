@@ -99,6 +99,7 @@ class Client:
         Raises:
             UnservedGraphError: no live coordinator serves ``graph_id`` (and it is required).
             ThreadBusyError: ``multitask_strategy="reject"`` and the thread has an active run.
+            ThreadGraphError: the thread belongs to another graph (a ``ValueError``).
             ConfigError: an unknown stream mode or strategy (a ``ValueError``).
             SerializationError: the input or config holds a value msgpack cannot encode.
             ServiceUnavailableError: Postgres or Redis cannot be reached (URL named).
@@ -134,6 +135,7 @@ class Client:
         Raises:
             UnservedGraphError: no live coordinator serves ``graph_id`` and
                 ``require_coordinator`` is set: nothing would ever run it.
+            ThreadGraphError: the thread belongs to another graph (reads included).
         """
         store, client = self.store, self.redis
         with self._connection_errors():
@@ -175,7 +177,7 @@ class Client:
         after = runs.loads_event(*last[0]).id if last else "0"
         deadline = None if timeout is None else time.monotonic() + timeout
         for event in self._events(run_id, after, deadline):
-            if event.mode == runs.END:
+            if event is not None and event.mode == runs.END:
                 break
         return self.get(run_id)
 
@@ -192,7 +194,23 @@ class Client:
         """
         self.get(run_id)
         deadline = None if timeout is None else time.monotonic() + timeout
-        yield from self._events(run_id, last_event_id, deadline)
+        for event in self._events(run_id, last_event_id, deadline):
+            if event is not None:
+                yield event
+
+    def watch(
+        self, run_id: str, last_event_id: str = "0", *, tick: float = 1.0
+    ) -> Iterator[RunEvent | None]:
+        """``stream``'s events, and ``None`` whenever ``tick`` seconds pass without one.
+
+        For a live view: its clock must move during a long step that sends nothing. The
+        run's row is still read only every ``stream_wait`` seconds, however short ``tick``.
+
+        Raises:
+            LookupError: no run has this id.
+        """
+        self.get(run_id)
+        yield from self._events(run_id, last_event_id, None, tick=tick)
 
     def cancel(self, run_id: str) -> Run:
         """Cancel a run: a pending one at once, a running one as soon as its tasks stop.
@@ -207,12 +225,17 @@ class Client:
             return submit.cancel(store, client, self.settings, run_id)
 
     def list_runs(
-        self, thread_id: str | None = None, status: str | None = None, limit: int = 20
+        self,
+        thread_id: str | None = None,
+        status: str | None = None,
+        limit: int = 20,
+        *,
+        kinds: Sequence[str] | None = None,
     ) -> list[Run]:
-        """Runs newest first, optionally of one thread and/or one status."""
+        """Runs newest first, optionally of one thread, one status and some ``kinds``."""
         store = self.store
         with self._connection_errors():
-            return store.list(thread_id=thread_id, status=status, limit=limit)
+            return store.list(thread_id=thread_id, status=status, limit=limit, kinds=kinds)
 
     # -- connections --------------------------------------------------------------------
 
@@ -275,15 +298,22 @@ class Client:
             "set BULKSYNC_REDIS_URL"
         )
 
-    def _events(self, run_id: str, after: Any, deadline: float | None) -> Iterator[RunEvent]:
-        """Events after ``after`` until the end event; blocks only while the run goes on."""
+    def _events(
+        self, run_id: str, after: Any, deadline: float | None, *, tick: float | None = None
+    ) -> Iterator[RunEvent | None]:
+        """Events after ``after`` until the end event; blocks only while the run goes on.
+
+        With ``tick``, waits at most that long for an event and yields ``None`` when none came.
+        """
         client, key = self.redis, keys.events(run_id)
         finished = False
+        wait = self.settings.stream_wait if tick is None else min(tick, self.settings.stream_wait)
+        checked = time.monotonic()
         while True:
             block: int | None = None  # a finished run's events are all there: just drain
             if not finished:
                 # Between two waits the run's row is checked (an end event may be lost).
-                block = int(self.settings.stream_wait * 1000)
+                block = max(1, int(wait * 1000))
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -302,7 +332,11 @@ class Client:
                     if event.mode == runs.END:
                         return
             elif not finished:
-                finished = self.get(run_id).finished  # then drain what is left
+                if tick is not None:
+                    yield None
+                if time.monotonic() - checked >= self.settings.stream_wait or tick is None:
+                    checked = time.monotonic()
+                    finished = self.get(run_id).finished  # then drain what is left
             else:
                 last: Any = self._read(lambda: client.xrevrange(key, count=1))
                 if last and runs.loads_event(*last[0]).mode == runs.END:

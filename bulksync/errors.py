@@ -28,6 +28,7 @@
     ├── LeaseLostError
     ├── ThreadBusyError
     ├── ThreadExistsError                              a new thread's id is taken
+    ├── ThreadGraphError           (also ValueError)   a thread run or read with another graph
     ├── ConflictError                                  not in the state it is in now (HTTP 409)
     ├── RequestTooLargeError                           an HTTP body over the API's limit
     ├── UnservedGraphError         (also LookupError)
@@ -273,6 +274,10 @@ class ThreadBusyError(BulkSyncError):
 
 class ThreadExistsError(BulkSyncError):
     """Raised when a thread is created with the id of a thread that exists."""
+
+
+class ThreadGraphError(BulkSyncError, ValueError):
+    """Raised when a run or read names a thread bound to another graph (its first writer's)."""
 
 
 class ConflictError(BulkSyncError):

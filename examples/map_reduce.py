@@ -17,7 +17,6 @@ import sys
 
 from bulksync.demo import build_demo_graph, demo_input
 
-
 graph = build_demo_graph().compile()
 
 

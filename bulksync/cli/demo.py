@@ -92,6 +92,7 @@ def report_demo(
     print(f"Best joke: {result.get('best_joke', '')}", file=out)
     print(f"Thread: {thread_id}", file=out)
     print(f"Checkpoints: {checkpoints} (SQLite file: {db})", file=out)
+    print(f"Inspect it: bulksync state {thread_id} · bulksync history {thread_id}", file=out)
 
 
 def prepare_db_path(db: Path) -> None:

@@ -64,7 +64,8 @@ def load_registry(refs: list[str]) -> Any:
     """Import the ``--graph`` references into a registry.
 
     Raises:
-        UsageError: a reference that cannot be imported or names no compiled graph.
+        UsageError: a reference that cannot be imported or names no compiled graph; a
+            module whose own code fails as it is imported (its error in one line).
     """
     from bulksync.workers.registry import GraphRegistry
 
@@ -74,6 +75,14 @@ def load_registry(refs: list[str]) -> Any:
             registry.load(ref)
         except (ValueError, TypeError) as exc:
             raise UsageError(str(exc)) from exc
+        except Exception as exc:  # the module's own code raised (a bug, a missing setting)
+            module = ref.partition(":")[0]
+            first = (str(exc).splitlines() or [""])[0]
+            raise UsageError(
+                f"--graph {ref!r}: importing module '{module}' failed: {type(exc).__name__}"
+                f"{': ' + first if first else ''}; see the traceback with "
+                f"python -c 'import {module}'"
+            ) from exc
     return registry
 
 

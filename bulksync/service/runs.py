@@ -30,6 +30,13 @@ run (invoke, stream, update_state) at a time: later ones wait ("enqueue") or are
 ("reject"). Reads (``get_state``, ``get_state_history``) never wait and never block. A
 coordinator claims only runs of the graphs it loaded; the others wait for one that did.
 
+**A thread belongs to one graph**: the graph of its first writer run, which
+``bulksync_threads`` records (``threads.TOUCH_SQL``). ``create`` refuses a run or read of the
+thread with any other graph (``ThreadGraphError``) in the transaction that would insert it,
+so the rule holds for every client (``Client``, ``RemoteGraph``, the CLI, the HTTP API):
+another graph would read the thread's checkpoints with the wrong channels and nodes, and
+its writes would break the thread for its own graph.
+
 **Events and wake-ups** (Redis; ``add_event``, ``wake``). A run's events go to the stream
 ``keys.events(run_id)``, one entry each, field ``d``: msgpack ``[namespace, mode, chunk]``.
 ``mode`` is a stream mode the run asked for, ``progress`` (``{"step", "done", "total"}`` of
@@ -66,6 +73,7 @@ from bulksync.errors import (
     TaskCancelledError,
     TaskTimeoutError,
     ThreadBusyError,
+    ThreadGraphError,
 )
 from bulksync.retry import retry
 from bulksync.service.threads import TOUCH_SQL
@@ -108,6 +116,7 @@ T = TypeVar("T")
 _ACTIVE_SQL = f"""SELECT run_id, status FROM bulksync_runs
     WHERE thread_id = %s AND status IN ('pending', 'running') AND kind NOT IN {_READS}
     ORDER BY seq LIMIT 1"""
+_BOUND_SQL = "SELECT graph_id FROM bulksync_threads WHERE thread_id = %s"
 _INSERT_SQL = f"""INSERT INTO bulksync_runs
     (run_id, thread_id, graph_id, kind, payload, multitask_strategy)
     VALUES (%s, %s, %s, %s, %s, %s) RETURNING {_COLUMNS}"""
@@ -376,6 +385,7 @@ class RunStore:
         """Queue a run; it starts once no earlier writer run of its thread is active.
 
         Raises:
+            ThreadGraphError: the thread belongs to another graph (both named).
             ThreadBusyError: ``multitask_strategy="reject"`` and the thread has a pending or
                 running writer run (named).
             ConfigError: an unknown kind or strategy (a ``ValueError``).
@@ -405,6 +415,8 @@ class RunStore:
         with self.pool.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             cur.execute(_THREAD_LOCK_SQL, (thread_id,))
+            if thread_id:  # "" is a read across threads (a history without a thread)
+                _check_graph(cur, thread_id, args[2])
             if strategy == "reject" and kind not in READ_KINDS:
                 active = cur.execute(_ACTIVE_SQL, (thread_id,)).fetchone()
                 if active is not None:
@@ -616,6 +628,17 @@ def _run(row: Mapping[str, Any]) -> Run:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
+
+
+def _check_graph(cur: Any, thread_id: str, graph_id: str) -> None:
+    """Refuse ``graph_id`` on a thread bound to another graph (under the thread's lock)."""
+    row = cur.execute(_BOUND_SQL, (thread_id,)).fetchone()
+    bound = None if row is None else row["graph_id"]
+    if bound is not None and bound != graph_id:
+        raise ThreadGraphError(
+            f"thread '{thread_id}' belongs to graph '{bound}', not '{graph_id}'; run or read "
+            f"it with graph '{bound}', or use a new thread for '{graph_id}'."
+        )
 
 
 def _unknown(run_id: str) -> LookupError:

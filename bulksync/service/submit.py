@@ -45,6 +45,7 @@ def create_run(
             ``require_coordinator`` is set: nothing would ever run it.
         ConfigError: a graph or thread id holding a NUL byte, an unknown kind or strategy.
         ThreadBusyError: ``multitask_strategy="reject"`` and the thread has an active run.
+        ThreadGraphError: the thread belongs to another graph (that of its first run).
     """
     payload = dict(payload)
     config = run_config(payload.get("config"))

@@ -17,14 +17,16 @@ from bulksync.coordinator.stream import ALL_MODES
 from bulksync.service import runs
 from bulksync.types import Interrupt
 
+RUN_OPTIONS = ["--config", "--recursion-limit", "--wait", "--json"]
 COMMANDS = {
     "coordinator": ["--graph", "--max-runs", "--heartbeat"],
-    "submit": ["GRAPH_ID", "--input", "--thread", "--stream-mode", "--wait"],
-    "runs": ["--thread", "--status", "--limit"],
-    "state": ["THREAD", "--graph"],
-    "history": ["THREAD", "--graph", "--limit"],
-    "resume": ["THREAD", "--graph", "--value"],
-    "cancel": ["RUN_ID"],
+    "submit": ["GRAPH_ID", "--input", "--thread", "--stream-mode", *RUN_OPTIONS],
+    "follow": ["RUN_ID", "--after", "--json"],
+    "runs": ["--thread", "--status", "--limit", "--reads", "--json"],
+    "state": ["THREAD", "--graph", "--sqlite", "--json"],
+    "history": ["THREAD", "--graph", "--sqlite", "--limit", "--json"],
+    "resume": ["THREAD", "--graph", "--value", *RUN_OPTIONS],
+    "cancel": ["RUN_ID", "--json"],
 }
 NO_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1: refused at once
 NO_POSTGRES = "postgresql://u:secret@127.0.0.1:1/db"
@@ -82,8 +84,12 @@ def stream_mode_choices() -> tuple[str, ...]:
 
 
 def test_choices_follow_the_library() -> None:
+    from bulksync.cli import follow, listing
+
     assert stream_mode_choices() == ALL_MODES
     assert STATUSES == runs.STATUSES
+    assert listing.FINISHED == runs.FINISHED and set(follow.FAILED) == runs.FAILED
+    assert set(listing.WRITER_KINDS) == set(runs.KINDS) - set(runs.READ_KINDS)
 
 
 @pytest.mark.parametrize(
@@ -95,6 +101,7 @@ def test_choices_follow_the_library() -> None:
         ["history", "t1", "--graph", "g:graph"],
         ["resume", "t1", "--graph", "g:graph", "--value", '"yes"'],
         ["cancel", "some-run"],
+        ["follow", "some-run"],
     ],
     ids=lambda argv: argv[0],
 )
@@ -141,7 +148,8 @@ def test_bad_json_is_one_line(
         ["runs", "--limit", "0"],
         ["coordinator", "--graph", "bulksync.demo", "--heartbeat", "0"],
         ["submit", "g:graph", "--input", "{}", "--stream-mode", "loud"],
-        ["state", "t1"],  # --graph is required
+        ["submit", "g:graph", "--input", "{}", "--recursion-limit", "0"],
+        ["resume", "t1", "--value", "1"],  # --graph is required
     ],
     ids=" ".join,
 )

@@ -8,8 +8,8 @@ as ``Client`` queues them.
 
 Errors are JSON, ``{"detail": "..."}`` as the Agent Server writes them, with the status
 that says what went wrong: 404 for an unknown assistant, thread or run, 409 for a busy
-thread or a taken id, 413 for a body over ``api_max_body``, 422 for bad input (the field
-named), 503 naming the service that cannot be reached.
+thread, a taken id or a thread of another graph, 413 for a body over ``api_max_body``, 422
+for bad input (the field named), 503 naming the service that cannot be reached.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from bulksync.errors import (
     ServiceUnavailableError,
     ThreadBusyError,
     ThreadExistsError,
+    ThreadGraphError,
     UnservedGraphError,
 )
 from bulksync.service import runs
@@ -185,6 +186,7 @@ _STATUS: Final[dict[type[Exception], int]] = {
     LookupError: 404,
     ThreadBusyError: 409,
     ThreadExistsError: 409,
+    ThreadGraphError: 409,
     ConflictError: 409,
     RequestTooLargeError: 413,
     ValueError: 422,

@@ -63,7 +63,8 @@ def _start(server: Backend, thread_id: str | None, body: RunCreate) -> _Started:
     graph_id = graph_id_of(server, body.assistant_id)
     modes = body.modes()
     threadless = thread_id is None
-    # A thread the run names is created with the run (RunStore.create adds its row).
+    # A thread the run names is created with the run (RunStore.create adds its row, and
+    # refuses a thread of another graph).
     if thread_id is None:
         if body.command is not None and body.command.resume is not None:
             raise ConfigError("command.resume needs a thread with an interrupt: pass its id")
@@ -73,11 +74,6 @@ def _start(server: Backend, thread_id: str | None, body: RunCreate) -> _Started:
         if row is None and body.if_not_exists != "create":
             raise LookupError(
                 f"no thread '{thread_id}'; create it first, or pass if_not_exists='create'"
-            )
-        if row is not None and row.graph_id not in (None, graph_id):
-            raise ConflictError(
-                f"thread '{thread_id}' belongs to graph '{row.graph_id}', not '{graph_id}'; "
-                "run this graph on another thread"
             )
     run_id = submit.create_run(
         server.store,
