@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
+from langchain_core.tools import BaseTool, InjectedToolCallId, tool
 
 if not __package__:  # run as a script: ``examples.*`` imports from the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -92,26 +92,17 @@ def handoff_tool(agent: str, description: str) -> BaseTool:
     name = f"transfer_to_{agent}"
 
     @tool(name, description=description)
-    def handoff(state: Annotated[dict[str, Any], InjectedState]) -> Command[Any]:
-        messages = state["messages"]
-        call_id = _call_id(messages, name)
-        done = ToolMessage(f"Transferred to {agent}.", name=name, tool_call_id=call_id)
+    def handoff(
+        state: Annotated[dict[str, Any], InjectedState],
+        tool_call_id: Annotated[str, InjectedToolCallId],
+    ) -> Command[Any]:
+        done = ToolMessage(f"Transferred to {agent}.", name=name, tool_call_id=tool_call_id)
         # The parent graph sees only this update, not the agent's own state: it carries the
         # agent's messages (the tool call included) and the call's answer.
-        update = {"messages": [*messages, done], "active_agent": agent}
+        update = {"messages": [*state["messages"], done], "active_agent": agent}
         return Command(goto=agent, graph=Command.PARENT, update=update)
 
     return handoff
-
-
-def _call_id(messages: Sequence[BaseMessage], tool_name: str) -> str:
-    """The id of the latest call of ``tool_name``, which the handoff answers."""
-    for message in reversed(messages):
-        if isinstance(message, AIMessage):
-            for call in message.tool_calls:
-                if call["name"] == tool_name and call["id"]:
-                    return call["id"]
-    raise ValueError(f"no call of {tool_name} to answer")
 
 
 def _city(messages: Sequence[BaseMessage]) -> str | None:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from langchain_core.tools import tool
+from langchain_core.tools import InjectedToolCallId, tool
 
 from bulksync.constants import END
 from bulksync.errors import ConfigError
@@ -28,8 +28,15 @@ def last_words(state: Annotated[list[Any], InjectedState("messages")]) -> str:
 
 
 @tool
-def hand_over(target: str) -> Command[Any]:
-    """Hand the conversation over."""
+def hand_over(target: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> Command[Any]:
+    """Hand the conversation over (answering the call that asked for it)."""
+    done = ToolMessage(f"over to {target}", tool_call_id=tool_call_id)
+    return Command(goto=target, update={"messages": [done], "handled_by": target})
+
+
+@tool
+def hand_over_silently(target: str) -> Command[Any]:
+    """Hand the conversation over without answering the call."""
     return Command(goto=target, update={"handled_by": target})
 
 
@@ -82,8 +89,20 @@ def test_a_tool_answering_with_a_command_is_passed_on() -> None:
     out = ToolNode([hand_over, divide])(
         calls(("hand_over", {"target": "billing"}), ("divide", {"a": 4, "b": 2})), {}
     )
-    assert out[0] == Command(goto="billing", update={"handled_by": "billing"})
+    assert out[0].goto == "billing" and out[0].update["handled_by"] == "billing"
+    (answer,) = out[0].update["messages"]  # named after the tool, as LangGraph names it
+    assert [answer.content, answer.tool_call_id, answer.name] == [
+        "over to billing",
+        "c0",
+        "hand_over",
+    ]
     assert [m.content for m in out[1]["messages"]] == ["2.0"]
+
+
+def test_a_command_must_answer_its_call() -> None:
+    state = calls(("hand_over_silently", {"target": "billing"}))
+    with pytest.raises(ValueError, match="MUST have a corresponding ToolMessage"):
+        ToolNode([hand_over_silently])(state, {})
 
 
 def test_tools_condition_routes_on_the_last_message() -> None:
