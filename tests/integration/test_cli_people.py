@@ -36,7 +36,7 @@ from bulksync.graph import END, START, StateGraph
 from bulksync.settings import Settings
 from bulksync.types import Send, interrupt
 
-from .api.conftest import ApiServer, Process, bulksync_command, wait_served
+from .api.conftest import ApiServer, Process, bulksync_command, private_cluster, wait_served
 
 pytestmark = pytest.mark.integration
 
@@ -134,48 +134,18 @@ class Cli:
 def cli(
     tmp_path_factory: pytest.TempPathFactory, settings: Settings, database_url: str
 ) -> Iterator[Cli]:
-    import psycopg
-
-    from .api.conftest import ROOT
-
-    schema = f"t_cli_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    sep = "&" if "?" in database_url else "?"
-    schema_url = f"{database_url}{sep}options=-csearch_path%3D{schema}"
-    queue = f"bulksync-test-cli-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "BULKSYNC_QUEUE": queue,
-        "BULKSYNC_BROKER_URL": settings.broker_url,
-        "BULKSYNC_REDIS_URL": settings.redis_url,
-        "BULKSYNC_DATABASE_URL": schema_url,
-        "BULKSYNC_HEARTBEAT": "1",
-        "BULKSYNC_POLL_INTERVAL": "1",
+    extra = {
         # Where a step's tasks are (queued, running) is surveyed every claim heartbeat.
         "BULKSYNC_CLAIM_HEARTBEAT": "0.5",
         "BULKSYNC_HOME": str(tmp_path_factory.mktemp("home")),
     }
-    env.pop("COLUMNS", None)  # the progress line must read the terminal's own width
-    server = ApiServer(
-        url="",
-        settings=dataclasses.replace(settings, queue=queue, database_url=schema_url),
-        env=env,
-        processes={},
-        directory=tmp_path_factory.mktemp("cli"),
-    )
-    graphs = ["--graph", SLOW, "--graph", ASK]
-    try:
+    with private_cluster(tmp_path_factory, settings, database_url, "cli", **extra) as server:
+        server.env.pop("COLUMNS", None)  # the progress line must read the terminal's own width
+        graphs = ["--graph", SLOW, "--graph", ASK]
         server.start("worker", *graphs, "--pool", "threads", "--concurrency", "8")
         coordinator: Process = server.start("coordinator", *graphs, "--loglevel", "WARNING")
         wait_served(server, coordinator, SLOW)
         yield Cli(server)
-    finally:
-        for process in server.processes.values():
-            process.stop()
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 # --- the progress line ------------------------------------------------------------------------

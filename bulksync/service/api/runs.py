@@ -331,32 +331,34 @@ async def thread_stream(
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> EventSourceResponse:
     """The events of the thread's runs as they come, one run after the other, each ended by
-    ``metadata`` ``{"status": "run_done", "run_id"}``; from the active run (or after
-    ``Last-Event-ID``), and then every later run, until the client leaves."""
+    ``metadata`` ``{"status": "run_done", "run_id"}``: the runs active or queued when the
+    request came and every later one (or those after ``Last-Event-ID``), until the client
+    leaves."""
     await run_in_threadpool(server.thread, thread_id)
-    return EventSourceResponse(_thread_events(server, thread_id, last_event_id))
+    # Taken before answering, so a run queued once the client has the answer's headers is
+    # streamed even if it ends before the stream first looks.
+    found = await run_in_threadpool(_runs_of, server, thread_id)
+    done = set() if last_event_id else {run.run_id for run in found if run.finished}
+    return EventSourceResponse(_thread_events(server, thread_id, last_event_id, done))
+
+
+def _runs_of(server: Backend, thread_id: str) -> list[Run]:
+    """The thread's latest runs, oldest first."""
+    return server.store.list(thread_id=thread_id, limit=50, kinds=LISTED_KINDS)[::-1]
 
 
 async def _thread_events(
-    server: Backend, thread_id: str, last_event_id: str | None
+    server: Backend, thread_id: str, last_event_id: str | None, seen: set[str]
 ) -> AsyncIterator[dict[str, Any]]:
-    """Follows the thread's runs; an event's id is ``<run id>:<its stream id>``."""
+    """Follows the thread's runs but ``seen``; an event's id is ``<run id>:<its stream id>``."""
     run_id, _, after = (last_event_id or "").partition(":")
-    seen: set[str] = set()
-    first = True
     while True:
-        found = await run_in_threadpool(
-            server.store.list, thread_id=thread_id, limit=50, kinds=LISTED_KINDS
-        )
-        queue = [run for run in reversed(found) if run.run_id not in seen]
+        found = await run_in_threadpool(_runs_of, server, thread_id)
+        queue = [run for run in found if run.run_id not in seen]
         if run_id:  # resuming: the runs up to the one the client was reading are done
             ids = [run.run_id for run in queue]
             if run_id in ids:
                 queue = queue[ids.index(run_id) :]
-        elif first:  # a new client: from the active run on
-            seen.update(run.run_id for run in queue if run.finished)
-            queue = [run for run in queue if not run.finished]
-        first = False
         if not queue:
             await asyncio.sleep(server.settings.stream_wait)
             continue

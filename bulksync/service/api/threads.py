@@ -55,7 +55,7 @@ async def create(server: Server, body: ThreadCreate) -> dict[str, Any]:
         ]
         assert graph_id is not None
         await _update(server, row, graph_id, thread_config(row.thread_id), steps)
-        row = server.thread(row.thread_id)
+        row = await run_in_threadpool(server.thread, row.thread_id)
     return await run_in_threadpool(_record, server, row)
 
 

@@ -9,12 +9,11 @@ get ready fails the test with its log.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +24,8 @@ import httpx
 import pytest
 
 from bulksync.settings import Settings
+from tests.integration.private_services import free_port
+from tests.integration.test_worker_process import bulksync_command
 
 GRAPHS = "tests.integration.api.graphs"
 FANOUT = f"{GRAPHS}:fanout"
@@ -32,22 +33,6 @@ APPROVAL = f"{GRAPHS}:approval"
 NESTED = f"{GRAPHS}:nested"
 READY_WAIT = 60.0
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def bulksync_command() -> list[str]:
-    """The ``bulksync`` console script of this interpreter's environment."""
-    script = Path(sys.executable).with_name("bulksync")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "import sys; from bulksync.cli import main; sys.exit(main())"]
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclasses.dataclass
@@ -148,6 +133,51 @@ def wait_served(server: ApiServer, coordinator: Process, graph_id: str) -> None:
     pytest.fail(f"the coordinator did not announce {graph_id}:\n{coordinator.output()}")
 
 
+@contextlib.contextmanager
+def private_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+    settings: Settings,
+    database_url: str,
+    name: str,
+    **env: str,
+) -> Iterator[ApiServer]:
+    """An ``ApiServer`` with no process started yet, on a Postgres schema and a Celery queue of
+    its own (``env``: more variables for its processes); its processes are stopped and its
+    schema dropped afterwards."""
+    import psycopg
+
+    schema = f"t_{name}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+    sep = "&" if "?" in database_url else "?"
+    schema_url = f"{database_url}{sep}options=-csearch_path%3D{schema}"
+    queue = f"bulksync-test-{name}-{uuid.uuid4().hex[:8]}"
+    server = ApiServer(
+        url="",
+        settings=dataclasses.replace(settings, queue=queue, database_url=schema_url),
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "BULKSYNC_QUEUE": queue,
+            "BULKSYNC_BROKER_URL": settings.broker_url,
+            "BULKSYNC_REDIS_URL": settings.redis_url,
+            "BULKSYNC_DATABASE_URL": schema_url,
+            "BULKSYNC_HEARTBEAT": "1",
+            "BULKSYNC_POLL_INTERVAL": "1",
+            **env,
+        },
+        processes={},
+        directory=tmp_path_factory.mktemp(name),
+    )
+    try:
+        yield server
+    finally:
+        for process in server.processes.values():
+            process.stop()
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
 @pytest.fixture(scope="module")
 def api_server(
     tmp_path_factory: pytest.TempPathFactory,
@@ -155,44 +185,15 @@ def api_server(
     redis_url: str,
     database_url: str,
 ) -> Iterator[ApiServer]:
-    import psycopg
-
-    schema = f"t_api_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{schema}"')
-    sep = "&" if "?" in database_url else "?"
-    schema_url = f"{database_url}{sep}options=-csearch_path%3D{schema}"
-    queue = f"bulksync-test-api-{uuid.uuid4().hex[:8]}"
-    port = free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "BULKSYNC_QUEUE": queue,
-        "BULKSYNC_BROKER_URL": settings.broker_url,
-        "BULKSYNC_REDIS_URL": settings.redis_url,
-        "BULKSYNC_DATABASE_URL": schema_url,
-        "BULKSYNC_HEARTBEAT": "1",
-        "BULKSYNC_POLL_INTERVAL": "1",
-    }
-    server = ApiServer(
-        url=f"http://127.0.0.1:{port}",
-        settings=dataclasses.replace(settings, queue=queue, database_url=schema_url),
-        env=env,
-        processes={},
-        directory=tmp_path_factory.mktemp("api"),
-    )
-    try:
+    with private_cluster(tmp_path_factory, settings, database_url, "api") as server:
+        port = free_port()
+        server.url = f"http://127.0.0.1:{port}"
         server.start("worker", "--graph", GRAPHS, "--pool", "threads", "--concurrency", "16")
         coordinator = server.start("coordinator", "--graph", GRAPHS, "--loglevel", "WARNING")
         api = server.start("api", "--graph", GRAPHS, "--port", str(port), "--loglevel", "WARNING")
         wait_for_http(api, server.url)
         wait_served(server, coordinator, FANOUT)
         yield server
-    finally:
-        for process in server.processes.values():
-            process.stop()
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 @pytest.fixture

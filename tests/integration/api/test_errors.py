@@ -22,8 +22,7 @@ from tests.integration.api.conftest import (
     Process,
     wait_for_http,
 )
-from tests.integration.api.conftest import free_port as api_port
-from tests.integration.private_services import PrivatePostgres, PrivateRedis
+from tests.integration.private_services import PrivatePostgres, PrivateRedis, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -159,7 +158,7 @@ def test_a_failed_run_reports_its_error(http: httpx.Client) -> None:
 
 
 def own_api(server: ApiServer, **env: str) -> tuple[str, Process]:
-    port = api_port()
+    port = free_port()
     api = server.start("api", "--graph", GRAPHS, "--port", str(port), "--loglevel", "INFO", env=env)
     url = f"http://127.0.0.1:{port}"
     wait_for_http(api, url, "/ok")
@@ -192,7 +191,9 @@ def test_keys_are_required_when_set_and_never_logged(api_server: ApiServer) -> N
 
 
 def test_an_open_port_without_a_key_needs_insecure(api_server: ApiServer) -> None:
-    api = api_server.start("api", "--graph", GRAPHS, "--host", "0.0.0.0", "--port", str(api_port()))
+    api = api_server.start(
+        "api", "--graph", GRAPHS, "--host", "0.0.0.0", "--port", str(free_port())
+    )
     assert api.proc.wait(timeout=30) == 2
     assert "--insecure" in api.output() and "BULKSYNC_API_KEYS" in api.output()
 

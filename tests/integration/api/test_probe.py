@@ -10,7 +10,8 @@ import pytest
 
 from bulksync.cli.probe import run_probe
 from bulksync.settings import Settings
-from tests.integration.api.conftest import ApiServer, free_port
+from tests.integration.api.conftest import ApiServer
+from tests.integration.private_services import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -7,6 +7,7 @@ state and cancel a run — each answer compared with what the same graph gives i
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from typing import Any
@@ -164,30 +165,37 @@ def test_remote_graph_interrupt_state_history_and_resume(remote: Any) -> None:
     assert graph.get_graph().draw_mermaid() == reference.get_graph().draw_mermaid()
 
 
-def test_sdk_follows_every_run_of_a_thread(api_server: ApiServer, sdk: Any) -> None:
+def test_a_thread_stream_follows_every_later_run(api_server: ApiServer, sdk: Any) -> None:
     thread_id = sdk.threads.create()["thread_id"]
     sdk.runs.wait(thread_id, FANOUT, input={"items": [1]})  # before the stream: not in it
-    seen: list[Any] = []
+    opened = threading.Event()
+    seen: list[tuple[str, Any]] = []
 
     def follow() -> None:
-        with api_server.sdk() as own:
-            for part in own.threads.join_stream(thread_id):
-                seen.append(part)
-                ended = [p for p in seen if p.event == "metadata"]
-                if len(ended) == 2:
-                    return
+        # What langgraph-sdk's threads.join_stream asks; read here to know when it is open.
+        with api_server.http() as http, http.stream("GET", f"/threads/{thread_id}/stream") as sse:
+            opened.set()
+            event = ""
+            for line in sse.iter_lines():
+                if line.startswith("event: "):
+                    event = line.removeprefix("event: ")
+                elif line.startswith("data: "):
+                    seen.append((event, json.loads(line.removeprefix("data: "))))
+                    if sum(1 for e, _ in seen if e == "metadata") == 2:
+                        return
 
-    follower = threading.Thread(target=follow)
+    follower = threading.Thread(target=follow, daemon=True)
     follower.start()
+    assert opened.wait(30)
     first = sdk.runs.create(thread_id, FANOUT, input={"items": [2]}, stream_mode="values")
     second = sdk.runs.create(thread_id, FANOUT, input={"items": [3]}, stream_mode="values")
     follower.join(timeout=60)
     assert not follower.is_alive()
-    done = [p.data["run_id"] for p in seen if p.event == "metadata"]
+    done = [data["run_id"] for event, data in seen if event == "metadata"]
     assert done == [first["run_id"], second["run_id"]]
     # Each run's last values come just before its run_done.
-    last = [seen[i - 1].data["total"] for i, p in enumerate(seen) if p.event == "metadata"]
-    assert last == [5, 14] and {p.event for p in seen} == {"values", "metadata"}
+    last = [seen[i - 1][1]["total"] for i, (event, _) in enumerate(seen) if event == "metadata"]
+    assert last == [5, 14] and {event for event, _ in seen} == {"values", "metadata"}
 
 
 def test_sdk_reads_a_paused_subgraphs_state(sdk: Any) -> None:

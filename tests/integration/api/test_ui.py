@@ -20,7 +20,8 @@ import httpx
 import pytest
 
 from tests.conftest import require_service
-from tests.integration.api.conftest import FANOUT, ROOT, ApiServer, free_port, wait_for_http
+from tests.integration.api.conftest import FANOUT, ROOT, ApiServer, wait_for_http
+from tests.integration.private_services import free_port
 
 pytestmark = pytest.mark.integration
 
