@@ -26,7 +26,7 @@ from bench import graphs
 from bench.measure import fresh_schema
 from bench.workers import REPO, Workers
 from bulksync.client import Client
-from bulksync.service import runs
+from bulksync.service import events, runs
 from bulksync.settings import Settings
 from bulksync.workers.celery.app import make_app
 
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _measure(client: Client, args: argparse.Namespace, log: Path) -> int:
     deadline = time.monotonic() + 60
-    while not runs.serving(client.redis, GRAPH):  # the coordinator announces itself once up
+    while not events.serving(client.redis, GRAPH):  # the coordinator announces itself once up
         if time.monotonic() > deadline:
             raise SystemExit(f"no coordinator announced {GRAPH} within 60 s; see {log}")
         time.sleep(0.1)

@@ -228,7 +228,7 @@ class CoordinatorProcess(Processes):
             WorkerStartError: it exited or did not announce within ``READY_TIMEOUT`` seconds.
         """
         from bulksync.retry import redis_client
-        from bulksync.service.runs import serving
+        from bulksync.service.events import serving
 
         env = self.environment()
         env["BULKSYNC_DATABASE_URL"] = self.database_url

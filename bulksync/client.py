@@ -38,8 +38,9 @@ from bulksync.coordinator.stream import (
 from bulksync.errors import ServiceUnavailableError
 from bulksync.graph.async_methods import AsyncGraphMethods
 from bulksync.retry import is_transient_redis, retry
-from bulksync.service import runs, submit
-from bulksync.service.runs import Run, RunEvent, RunStore
+from bulksync.service import events, submit
+from bulksync.service.events import RunEvent
+from bulksync.service.runs import Run, RunStore
 from bulksync.settings import Settings, redact
 from bulksync.types import GraphOutput, StateSnapshot
 from bulksync.workers.callback_relay import CALLBACK_EVENTS, describe, replay
@@ -172,12 +173,12 @@ class Client:
             return run
         client, key = self.redis, keys.events(run_id)
         last: Any = self._read(lambda: client.xrevrange(key, count=1))
-        if last and runs.loads_event(*last[0]).mode == runs.END:
+        if last and events.loads_event(*last[0]).mode == events.END:
             return self.get(run_id)
-        after = runs.loads_event(*last[0]).id if last else "0"
+        after = events.loads_event(*last[0]).id if last else "0"
         deadline = None if timeout is None else time.monotonic() + timeout
         for event in self._events(run_id, after, deadline):
-            if event is not None and event.mode == runs.END:
+            if event is not None and event.mode == events.END:
                 break
         return self.get(run_id)
 
@@ -326,10 +327,10 @@ class Client:
             reply: Any = self._read(read)
             if reply:
                 for entry_id, fields in reply[0][1]:
-                    event = runs.loads_event(entry_id, fields)
+                    event = events.loads_event(entry_id, fields)
                     after = event.id
                     yield event
-                    if event.mode == runs.END:
+                    if event.mode == events.END:
                         return
             elif not finished:
                 if tick is not None:
@@ -339,10 +340,10 @@ class Client:
                     finished = self.get(run_id).finished  # then drain what is left
             else:
                 last: Any = self._read(lambda: client.xrevrange(key, count=1))
-                if last and runs.loads_event(*last[0]).mode == runs.END:
+                if last and events.loads_event(*last[0]).mode == events.END:
                     return  # read from after the end: nothing more to give
                 # The end event is missing (the stream expired, or its writer died).
-                yield RunEvent(str(after), (), runs.END, runs.end_event(self.get(run_id)))
+                yield RunEvent(str(after), (), events.END, events.end_event(self.get(run_id)))
                 return
 
 
@@ -437,7 +438,7 @@ class RemoteGraph(AsyncGraphMethods):
         run_id = self.client.create_run(self.graph_id, "stream", payload)
         self._cancelled_with_caller(run_id)
         for event in self.client.stream(run_id):
-            if event.mode == runs.END:
+            if event.mode == events.END:
                 break
             if callbacks:
                 self._tell(run_id, callbacks, event)
@@ -543,7 +544,7 @@ class _CallerCallbacks:
     def tell(self, run_id: str, event: RunEvent) -> None:
         """Hand ``event`` of run ``run_id`` to the handlers it is for, if any."""
         own_id = self.run_id or uuid.UUID(run_id)
-        if event.mode == runs.LIFECYCLE:
+        if event.mode == events.LIFECYCLE:
             announce_record(self.lifecycle, event.chunk, own_id)
         elif event.mode == CALLBACK_EVENTS:
             replay(self.handlers, event.chunk, rename={run_id: own_id})

@@ -15,6 +15,7 @@ from typing import Any, Final, TextIO
 from bulksync.cli.output import interrupts_of, run_record, to_json
 from bulksync.cli.progress import ProgressLine
 from bulksync.errors import UsageError
+from bulksync.service import events
 from bulksync.settings import Settings
 
 TICK: Final = 1.0
@@ -96,11 +97,11 @@ def follow(
                 line.tick()
                 continue
             last_id = event.id
-            if event.mode == runs.END:
+            if event.mode == events.END:
                 break
             if output == "events":
                 print(to_json(_event_line(event, event.chunk)), file=out, flush=True)
-            if event.mode == runs.PROGRESS:
+            if event.mode == events.PROGRESS:
                 line.progress(event.chunk)
             elif line.pending:  # any event is written by the coordinator driving the run
                 line.set_status(runs.RUNNING)

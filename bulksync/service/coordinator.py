@@ -41,7 +41,7 @@ from bulksync.checkpoint.base import LeasingSaver
 from bulksync.checkpoint.postgres import PostgresSaver
 from bulksync.coordinator.executor import Executor
 from bulksync.retry import redis_client
-from bulksync.service import runs
+from bulksync.service import events, runs
 from bulksync.service.driver import DriverContext, RunDriver
 from bulksync.service.runs import RunStore
 from bulksync.settings import Settings
@@ -230,10 +230,10 @@ class Coordinator:
         The serve loop repeats it every heartbeat; call it after adding a graph to the
         registry of a coordinator that is already serving, to be served at once.
         """
-        runs.announce(self.redis, self.registry.ids(), self.owner, self.stale_after)
+        events.announce(self.redis, self.registry.ids(), self.owner, self.stale_after)
 
     def _withdraw(self) -> None:
-        runs.withdraw(self.redis, self.registry.ids(), self.owner)
+        events.withdraw(self.redis, self.registry.ids(), self.owner)
 
     def _take_over(self) -> None:
         """Release stale runs of dead coordinators; finish those whose cancel was asked."""
@@ -249,8 +249,12 @@ class Coordinator:
                 extra=logs.ids(run_id=run.run_id, thread_id=run.thread_id),
             )
             if run.status == runs.CANCELLED:
-                runs.add_event(
-                    self.redis, run.run_id, runs.END, runs.end_event(run), ttl=self.settings.run_ttl
+                events.add_event(
+                    self.redis,
+                    run.run_id,
+                    events.END,
+                    events.end_event(run),
+                    ttl=self.settings.run_ttl,
                 )
 
     def _beat(self) -> None:

@@ -37,7 +37,7 @@ from bulksync.coordinator.executor import Executor
 from bulksync.coordinator.spec import RunnableGraph
 from bulksync.errors import LeaseLostError, TaskCancelledError, TaskTimeoutError, error_text
 from bulksync.retry import is_transient_redis, retry
-from bulksync.service import runs
+from bulksync.service import events, runs
 from bulksync.service.cancel import cancel_run
 from bulksync.service.runs import Run, RunStore
 from bulksync.settings import Settings
@@ -48,7 +48,7 @@ from bulksync.workers.callback_relay import CALLBACK_EVENTS, relay_manager
 log = logging.getLogger("bulksync.coordinator")
 
 # Output, interrupts, and progress (task counts from debug; where tasks are from progress).
-_INTERNAL_MODES = ("values", "updates", "debug", runs.PROGRESS)
+_INTERNAL_MODES = ("values", "updates", "debug", events.PROGRESS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +188,7 @@ class RunDriver:
         modes = [*wanted, *(m for m in _INTERNAL_MODES if m not in wanted)]
         tracker = _Tracker(self.ctx.settings.progress_interval)
         if payload.get("lifecycle"):  # the caller has lifecycle handlers: tell it
-            options["lifecycle"] = lambda record: self._event((), runs.LIFECYCLE, record)
+            options["lifecycle"] = lambda record: self._event((), events.LIFECYCLE, record)
         if payload.get("trace") is not None:  # and LangChain handlers: relay the callbacks
             self._relay_callbacks(config, payload["trace"])
         # Asked through, not filtered here: a graph a node runs on its own thread reaches
@@ -217,12 +217,12 @@ class RunDriver:
                     return
                 if self.ctx.abandoned.is_set():
                     return
-                if mode in wanted and mode != runs.PROGRESS:
+                if mode in wanted and mode != events.PROGRESS:
                     self._event(ns, mode, chunk)  # progress: the tracker's events, below
                 if not ns:
                     progress = tracker.observe(mode, chunk)
                     if progress is not None:
-                        self._event((), runs.PROGRESS, progress)
+                        self._event((), events.PROGRESS, progress)
         except BaseException:
             # The driver failed while the loop still runs: stop the loop's tasks too.
             if not self.ctx.abandoned.is_set() and not self.lost.is_set():
@@ -263,7 +263,7 @@ class RunDriver:
         # Retried through a Redis outage: at worst a reply lost after the append repeats
         # one event, where giving up would end the run in error.
         retry(
-            lambda: runs.add_event(self.ctx.redis, self.run_id, mode, chunk, namespace, ttl=ttl),
+            lambda: events.add_event(self.ctx.redis, self.run_id, mode, chunk, namespace, ttl=ttl),
             transient=is_transient_redis,
             window=self.ctx.settings.retry_window,
             what=f"run {self.run_id}: streaming an event",
@@ -298,10 +298,10 @@ class RunDriver:
             f": {text}" if text else "",
             extra=logs.ids(run_id=self.run_id, thread_id=thread),
         )
-        self._event((), runs.END, {"status": status, "error": text})
+        self._event((), events.END, {"status": status, "error": text})
         if self.run_row.kind not in runs.READ_KINDS:
             try:
-                runs.wake(self.ctx.redis)  # a run queued behind this one may start now
+                events.wake(self.ctx.redis)  # a run queued behind this one may start now
             except redis.RedisError as exc:  # Postgres is the truth: the next poll finds it
                 log.warning("run %s: could not wake coordinators (%s)", self.run_id, exc)
 
@@ -331,7 +331,7 @@ class _Tracker:
 
     def observe(self, mode: str, chunk: Any) -> dict[str, Any] | None:
         """Take one chunk; return a progress event to send, if one is due."""
-        if mode == runs.PROGRESS and isinstance(chunk, dict):
+        if mode == events.PROGRESS and isinstance(chunk, dict):
             if chunk.get("step") != self.step:
                 return None  # a step that has ended meanwhile
             self.where = {k: v for k, v in chunk.items() if k not in ("step", "done", "total")}

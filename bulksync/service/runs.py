@@ -37,11 +37,7 @@ so the rule holds for every client (``Client``, ``RemoteGraph``, the CLI, the HT
 another graph would read the thread's checkpoints with the wrong channels and nodes, and
 its writes would break the thread for its own graph.
 
-**Events and wake-ups** (Redis; ``add_event``, ``wake``). A run's events go to the stream
-``keys.events(run_id)``, one entry each, field ``d``: msgpack ``[namespace, mode, chunk]``.
-``mode`` is a stream mode the run asked for, ``progress`` (``{"step", "done", "total"}`` of
-the root graph's current step) or, last, ``end`` (``{"status", "error"}``), written after
-the row's final status. A submission pushes to ``keys.WAKE``, where idle coordinators block.
+**Events and wake-ups** live in Redis: ``events.py``.
 
 **Outages.** ``RunStore`` calls are retried through a Postgres outage of up to
 ``retry_window`` seconds, like ``PostgresSaver``'s; each is safe to run twice (a retried
@@ -59,12 +55,9 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
-import redis
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
-from redis.typing import EncodableT, FieldT
 
-from bulksync import keys
 from bulksync.checkpoint import pg_migrations as pgm
 from bulksync.checkpoint.postgres import RETRY_WINDOW, is_transient_postgres
 from bulksync.errors import (
@@ -89,12 +82,6 @@ TIMEOUT: Final = "timeout"
 STATUSES: Final = (PENDING, RUNNING, INTERRUPTED, SUCCESS, ERROR, CANCELLED, TIMEOUT)
 FINISHED: Final = frozenset({INTERRUPTED, SUCCESS, ERROR, CANCELLED, TIMEOUT})
 FAILED: Final = frozenset({ERROR, CANCELLED, TIMEOUT})
-
-EVENT_FIELD: Final = b"d"
-END: Final = "end"
-PROGRESS: Final = "progress"
-LIFECYCLE: Final = "graph_lifecycle"
-"""Events of a run whose caller has lifecycle handlers: each pause and resumption."""
 
 KINDS: Final = ("invoke", "stream", "get_state", "get_state_history", "update_state")
 READ_KINDS: Final = ("get_state", "get_state_history")
@@ -203,127 +190,6 @@ class Run:
         if self.status == TIMEOUT:
             return TaskTimeoutError(message)
         return BulkSyncError(message)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RunEvent:
-    """One entry of a run's event stream; ``id`` resumes reading after it."""
-
-    id: str
-    namespace: tuple[str, ...]
-    mode: str
-    chunk: Any
-
-
-def dumps_event(namespace: Sequence[str], mode: str, chunk: Any) -> dict[FieldT, EncodableT]:
-    """The fields of a stream entry for one event."""
-    if mode in _ERROR_MODES:
-        chunk = _errors_out(chunk)
-    return {EVENT_FIELD: wire.SERDE.dumps([list(namespace), mode, chunk])}
-
-
-def loads_event(entry_id: Any, fields: Any) -> RunEvent:
-    """Decode a stream entry (``(id, fields)`` as redis-py returns it) from ``dumps_event``."""
-    namespace, mode, chunk = wire.SERDE.loads(fields[EVENT_FIELD])
-    if mode in _ERROR_MODES:
-        chunk = _errors_in(chunk)
-    ident = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    return RunEvent(ident, tuple(namespace), mode, chunk)
-
-
-# The modes whose chunks carry a failed task's exception (``tasks``, ``debug`` task results,
-# ``checkpoints`` task entries). wire.SERDE would store it as a StoredError; as an error record
-# (``wire.dumps_error``) it comes back with its own type, as the run's final error does.
-_ERROR_MODES: Final = frozenset({"tasks", "debug", "checkpoints"})
-_ERROR_KEY: Final = "__bulksync_error__"
-
-
-def _errors_out(value: Any) -> Any:
-    """``value`` with every exception inside replaced by its error record."""
-    if isinstance(value, BaseException):
-        return {_ERROR_KEY: wire.dumps_error(value)}
-    if type(value) is dict:  # exact types: a user's dict or tuple subclass is left alone
-        return {k: _errors_out(v) for k, v in value.items()}
-    if type(value) in (list, tuple):
-        items = [_errors_out(v) for v in value]
-        return items if type(value) is list else tuple(items)
-    return value
-
-
-def _errors_in(value: Any) -> Any:
-    """Undo ``_errors_out``: error records become exceptions again."""
-    if type(value) is dict:
-        record = value.get(_ERROR_KEY)
-        if len(value) == 1 and isinstance(record, bytes):
-            return wire.loads_error(record)
-        return {k: _errors_in(v) for k, v in value.items()}
-    if type(value) in (list, tuple):
-        items = [_errors_in(v) for v in value]
-        return items if type(value) is list else tuple(items)
-    return value
-
-
-def add_event(
-    client: redis.Redis,
-    run_id: str,
-    mode: str,
-    chunk: Any,
-    namespace: Sequence[str] = (),
-    *,
-    ttl: int,
-) -> None:
-    """Append an event to the run's stream (``keys.events``), which lives ``ttl`` s more.
-
-    ``ttl`` is the ``run_ttl`` setting of the caller.
-    """
-    key = keys.events(run_id)
-    pipe = client.pipeline(transaction=False)
-    pipe.xadd(key, dumps_event(namespace, mode, chunk))
-    pipe.expire(key, ttl)
-    pipe.execute()
-
-
-def wake(client: redis.Redis) -> None:
-    """Tell a waiting coordinator there is work (``keys.WAKE``, kept short)."""
-    pipe = client.pipeline(transaction=False)
-    pipe.lpush(keys.WAKE, b"1")
-    pipe.ltrim(keys.WAKE, 0, 999)
-    pipe.execute()
-
-
-def announce(client: redis.Redis, graph_ids: Sequence[str], owner: str, ttl: float) -> None:
-    """Say that ``owner`` serves ``graph_ids`` for the next ``ttl`` seconds (Redis's clock).
-
-    A coordinator repeats this every heartbeat; one that dies simply stops, and its claim
-    lapses after ``ttl``.
-    """
-    seconds, micros = client.time()
-    until = seconds + micros / 1e6 + ttl
-    pipe = client.pipeline(transaction=False)
-    for graph_id in graph_ids:
-        pipe.zadd(keys.served(graph_id), {owner: until})
-        pipe.zremrangebyscore(keys.served(graph_id), "-inf", seconds)  # lapsed claims
-    pipe.execute()
-
-
-def withdraw(client: redis.Redis, graph_ids: Sequence[str], owner: str) -> None:
-    """Say that ``owner`` no longer serves ``graph_ids`` (a coordinator stopping)."""
-    pipe = client.pipeline(transaction=False)
-    for graph_id in graph_ids:
-        pipe.zrem(keys.served(graph_id), owner)
-    pipe.execute()
-
-
-def serving(client: redis.Redis, graph_id: str) -> int:
-    """How many live coordinators serve ``graph_id`` now."""
-    seconds, micros = client.time()
-    count: int = client.zcount(keys.served(graph_id), seconds + micros / 1e6, "+inf")
-    return count
-
-
-def end_event(run: Run) -> dict[str, Any]:
-    """The ``end`` event's chunk for a finished run."""
-    return {"status": run.status, "error": run.error}
 
 
 class RunStore:

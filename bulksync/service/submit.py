@@ -16,7 +16,7 @@ import redis
 
 from bulksync.constants import THREAD_ID
 from bulksync.errors import ConfigError, UnservedGraphError
-from bulksync.service import runs
+from bulksync.service import events, runs
 from bulksync.service.cancel import cancel_run
 from bulksync.service.runs import Run, RunStore
 from bulksync.settings import Settings
@@ -64,7 +64,7 @@ def create_run(
                 f"{name} {value!r} contains a NUL byte, which the runs table cannot "
                 f"store; pass a {name} without it."
             )
-    if require_coordinator and not runs.serving(client, graph_id):
+    if require_coordinator and not events.serving(client, graph_id):
         raise UnservedGraphError(
             f"no coordinator serves graph '{graph_id}': start one with "
             f"`bulksync coordinator --graph {graph_id.partition(':')[0]}` (it may "
@@ -78,7 +78,7 @@ def create_run(
         payload=payload,
         multitask_strategy=multitask_strategy,
     )
-    runs.wake(client)
+    events.wake(client)
     return run.run_id
 
 
@@ -92,7 +92,7 @@ def cancel(store: RunStore, client: redis.Redis, settings: Settings, run_id: str
     """
     before, run = store.request_cancel(run_id)
     if before == runs.PENDING:  # no coordinator will write its end event
-        runs.add_event(client, run_id, runs.END, runs.end_event(run), ttl=settings.run_ttl)
+        events.add_event(client, run_id, events.END, events.end_event(run), ttl=settings.run_ttl)
     elif before == runs.RUNNING:
         cancel_run(client, run_id, settings)
     return run

@@ -16,7 +16,7 @@ from bulksync.constants import NS_END
 from bulksync.demo import build_demo_graph, demo_input
 from bulksync.errors import ServiceUnavailableError
 from bulksync.graph import END, START, StateGraph
-from bulksync.service import runs
+from bulksync.service import events, runs
 from bulksync.settings import Settings
 from bulksync.types import Command, StateSnapshot, interrupt
 
@@ -33,16 +33,15 @@ def test_stream_is_resumable_from_any_event_id(service: Service) -> None:
     graph_id = service.register(build_demo_graph().compile())
     service.start()
     run_id = service.client.submit(graph_id, demo_input(5), stream_mode=["updates", "values"])
-    events = list(service.client.stream(run_id))
-    assert events[-1].mode == runs.END and events[-1].chunk == {"status": "success", "error": None}
-    updates = [e.chunk for e in events if e.mode == "updates"]
+    seen = list(service.client.stream(run_id))
+    assert seen[-1].mode == events.END
+    assert seen[-1].chunk == {"status": "success", "error": None}
+    updates = [e.chunk for e in seen if e.mode == "updates"]
     assert [next(iter(u)) for u in updates] == ["split", *["generate"] * 5, "summarize"]
-    assert {e.mode for e in events} == {"updates", "values", runs.PROGRESS, runs.END}
-    for cut in (0, 3, len(events) - 2):
-        assert (
-            list(service.client.stream(run_id, last_event_id=events[cut].id)) == events[cut + 1 :]
-        )
-    assert list(service.client.stream(run_id, last_event_id=events[-1].id)) == []
+    assert {e.mode for e in seen} == {"updates", "values", events.PROGRESS, events.END}
+    for cut in (0, 3, len(seen) - 2):
+        assert list(service.client.stream(run_id, last_event_id=seen[cut].id)) == seen[cut + 1 :]
+    assert list(service.client.stream(run_id, last_event_id=seen[-1].id)) == []
 
 
 def test_a_lost_end_event_is_made_up_from_the_row(service: Service) -> None:
@@ -52,7 +51,7 @@ def test_a_lost_end_event_is_made_up_from_the_row(service: Service) -> None:
     assert service.client.wait(run_id, timeout=WAIT).status == runs.SUCCESS
     service.redis.delete(keys.events(run_id))  # expired, say
     (end,) = service.client.stream(run_id)
-    assert (end.mode, end.chunk) == (runs.END, {"status": runs.SUCCESS, "error": None})
+    assert (end.mode, end.chunk) == (events.END, {"status": runs.SUCCESS, "error": None})
     assert service.client.wait(run_id).status == runs.SUCCESS
 
 
@@ -60,7 +59,7 @@ def test_progress_events_count_each_steps_tasks(service: Service) -> None:
     graph_id = service.register(build_demo_graph().compile())
     service.start()
     run_id = service.client.submit(graph_id, demo_input(6), stream_mode=[])
-    progress = [e.chunk for e in service.client.stream(run_id) if e.mode == runs.PROGRESS]
+    progress = [e.chunk for e in service.client.stream(run_id) if e.mode == events.PROGRESS]
     last = {p["step"]: p for p in progress}
     assert [(p["done"], p["total"]) for p in last.values()] == [(1, 1), (6, 6), (1, 1)]
     assert list(last) == sorted(last)
@@ -85,7 +84,7 @@ def test_stream_of_a_cancelled_pending_run_ends(service: Service) -> None:
     run_id = service.client.submit(graph_id, {"log": []}, require_coordinator=False)
     service.client.cancel(run_id)
     (end,) = service.client.stream(run_id)
-    assert end.mode == runs.END and end.chunk["status"] == runs.CANCELLED
+    assert end.mode == events.END and end.chunk["status"] == runs.CANCELLED
 
 
 def test_list_runs_by_thread_and_status(service: Service) -> None:

@@ -50,7 +50,7 @@ import redis
 from bulksync.checkpoint.memory import InMemorySaver
 from bulksync.checkpoint.postgres import PostgresSaver
 from bulksync.client import Client
-from bulksync.service import runs
+from bulksync.service import events, runs
 from bulksync.settings import Settings
 from bulksync.workers.celery.app import make_app
 
@@ -408,7 +408,7 @@ def test_killed_coordinator_run_is_taken_over_with_the_undisturbed_result(
     value = {"tag": scene.tag, "items": items}
 
     a = scene.start_coordinator("coordinator A")
-    scene.wait_until(lambda: runs.serving(scene.redis, fleet.graph_id) > 0, "A announced")
+    scene.wait_until(lambda: events.serving(scene.redis, fleet.graph_id) > 0, "A announced")
     run_id = scene.run_id = scene.client.submit(fleet.graph_id, value, thread_id=scene.thread)
 
     # Mid-step: the free tasks finished and A persisted them; the gated ones run on the worker.

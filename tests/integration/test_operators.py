@@ -29,7 +29,7 @@ import redis
 
 from bulksync.client import Client
 from bulksync.errors import NodeTimeoutError, SerializationError
-from bulksync.service import runs
+from bulksync.service import events
 from bulksync.settings import Settings
 from bulksync.workers.celery.app import make_app
 from bulksync.workers.celery.executor import CeleryExecutor
@@ -328,7 +328,7 @@ def coordinator(fleet: Fleet, pg_schema: str) -> Iterator[tuple[Path, Settings]]
     try:
         with redis.Redis.from_url(fleet.settings.redis_url) as conn:
             # Up once it announces its graph; submitting earlier would be refused.
-            wait_until(lambda: runs.serving(conn, fleet.graph_id) > 0, "the coordinator's start")
+            wait_until(lambda: events.serving(conn, fleet.graph_id) > 0, "the coordinator's start")
         yield log, dataclasses.replace(fleet.settings, database_url=pg_schema)
     finally:
         proc.terminate()

@@ -31,7 +31,7 @@ import pytest
 import redis
 
 from bulksync.client import Client
-from bulksync.service import runs
+from bulksync.service import events, runs
 from bulksync.settings import Settings
 from tests.integration.private_services import PrivatePostgres, PrivateRedis
 from tests.integration.test_coordinator_faults import Proc, spawn, stop
@@ -310,7 +310,7 @@ def test_a_redis_restart_mid_run_changes_nothing_and_client_wait_waits_through_i
             again = {"tag": uuid.uuid4().hex[:8], "gated": "none"}
             # The restarted Redis lost the coordinator's announcement; its heartbeat renews it.
             deadline = time.monotonic() + WAIT
-            while not runs.serving(client.redis, stack.graph_id):
+            while not events.serving(client.redis, stack.graph_id):
                 assert time.monotonic() < deadline, f"not announced again\n{stack.report()}"
                 time.sleep(0.1)
             second = client.wait(client.submit(stack.graph_id, again), timeout=WAIT)

@@ -19,7 +19,7 @@ import pytest
 
 from bulksync.cli.cluster import progress_text
 from bulksync.graph import END, START, StateGraph
-from bulksync.service import runs
+from bulksync.service import events, runs
 from bulksync.types import Send
 
 from .test_service import WAIT, Service
@@ -59,7 +59,7 @@ def test_tasks_on_a_queue_nobody_consumes_are_reported(
     deadline = time.monotonic() + WAIT
     for event in service.client.stream(run_id):
         assert time.monotonic() < deadline, "no progress event named the waiting queue"
-        if event.mode == runs.PROGRESS and event.chunk.get("waiting"):
+        if event.mode == events.PROGRESS and event.chunk.get("waiting"):
             waiting = event.chunk
             break
     assert waiting is not None
@@ -103,7 +103,7 @@ def test_progress_of_a_long_step_names_its_workers(service: Service) -> None:
 
     seen: dict[str, Any] | None = None
     for event in service.client.stream(run_id):
-        if event.mode == runs.PROGRESS and event.chunk.get("running") == 2:
+        if event.mode == events.PROGRESS and event.chunk.get("running") == 2:
             seen = event.chunk
             break
     assert seen is not None

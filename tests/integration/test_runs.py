@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from bulksync.errors import TaskCancelledError, ThreadBusyError
-from bulksync.service import runs
+from bulksync.service import events, runs
 from bulksync.service.runs import RunStore
 from bulksync.types import Command, Interrupt
 from bulksync.workers import wire
@@ -224,9 +224,9 @@ def test_list_filters_newest_first(store: RunStore) -> None:
 
 
 def test_events_round_trip() -> None:
-    fields = runs.dumps_event(("sub:1",), "updates", {"n": (1, 2)})
-    event = runs.loads_event(b"1-0", fields)
-    assert event == runs.RunEvent("1-0", ("sub:1",), "updates", {"n": (1, 2)})
+    fields = events.dumps_event(("sub:1",), "updates", {"n": (1, 2)})
+    event = events.loads_event(b"1-0", fields)
+    assert event == events.RunEvent("1-0", ("sub:1",), "updates", {"n": (1, 2)})
 
 
 class _Pair(NamedTuple):
@@ -237,10 +237,10 @@ class _Pair(NamedTuple):
 def test_events_keep_the_type_of_a_failed_tasks_error() -> None:
     chunk = {"id": "t", "error": KeyError("boom"), "input": _Pair(1, 2), "result": {}}
     for mode, sent in [("tasks", chunk), ("debug", {"type": "task_result", "payload": chunk})]:
-        got = runs.loads_event(b"1-0", runs.dumps_event((), mode, sent)).chunk
+        got = events.loads_event(b"1-0", events.dumps_event((), mode, sent)).chunk
         task = got if mode == "tasks" else got["payload"]
         assert type(task["error"]) is KeyError and task["error"].args == ("boom",)
         assert type(task["input"]) is _Pair  # a user's tuple type is left alone
     # other modes keep wire.SERDE's rule: an exception in a value is stored as StoredError
-    values = runs.loads_event(b"1-0", runs.dumps_event((), "values", {"e": KeyError("x")}))
+    values = events.loads_event(b"1-0", events.dumps_event((), "values", {"e": KeyError("x")}))
     assert type(values.chunk["e"]).__name__ == "StoredError"

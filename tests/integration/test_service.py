@@ -31,7 +31,7 @@ from bulksync.errors import (
     UnservedGraphError,
 )
 from bulksync.graph import END, START, StateGraph
-from bulksync.service import runs
+from bulksync.service import events, runs
 from bulksync.service.coordinator import Coordinator, ExecutorFactory
 from bulksync.service.runs import RunStore
 from bulksync.settings import Settings
@@ -271,16 +271,16 @@ def test_a_run_of_a_graph_no_coordinator_serves_is_refused_at_once(service: Serv
 def test_a_stopped_coordinator_withdraws_and_a_dead_ones_claim_lapses(service: Service) -> None:
     graph_id = service.register(chain_graph(service))
     coordinator = service.start()
-    assert runs.serving(service.redis, graph_id) == 1
+    assert events.serving(service.redis, graph_id) == 1
     coordinator.stop(timeout=WAIT)
-    assert runs.serving(service.redis, graph_id) == 0
+    assert events.serving(service.redis, graph_id) == 0
     # A coordinator killed mid-heartbeat never withdraws: its claim lapses on its own.
-    runs.announce(service.redis, [graph_id], "killed", ttl=0.3)
-    assert runs.serving(service.redis, graph_id) == 1
+    events.announce(service.redis, [graph_id], "killed", ttl=0.3)
+    assert events.serving(service.redis, graph_id) == 1
     deadline = time.monotonic() + WAIT
-    while runs.serving(service.redis, graph_id) and time.monotonic() < deadline:
+    while events.serving(service.redis, graph_id) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert runs.serving(service.redis, graph_id) == 0
+    assert events.serving(service.redis, graph_id) == 0
 
 
 # --- cancel -------------------------------------------------------------------------------

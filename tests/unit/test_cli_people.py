@@ -25,7 +25,7 @@ from bulksync.cli.follow import follow, resume_hint
 from bulksync.cli.inputs import json_option, one_stdin, run_config
 from bulksync.cli.progress import ProgressLine, progress_text
 from bulksync.errors import UsageError
-from bulksync.service.runs import RunEvent
+from bulksync.service.events import RunEvent
 from bulksync.types import Interrupt
 
 NO_REDIS = "redis://127.0.0.1:1/0"

@@ -43,9 +43,10 @@ from bulksync.errors import (
     ThreadGraphError,
     UnservedGraphError,
 )
-from bulksync.service import runs
+from bulksync.service import events
 from bulksync.service.api import streaming
-from bulksync.service.runs import Run, RunEvent, RunStore
+from bulksync.service.events import RunEvent
+from bulksync.service.runs import Run, RunStore
 from bulksync.service.threads import Thread, ThreadStore
 from bulksync.settings import Settings, redact
 from bulksync.workers.registry import GraphRegistry
@@ -108,9 +109,9 @@ class Backend:
         return found
 
     def events(self, run_id: str, after: str = "0") -> AsyncIterator[RunEvent]:
-        """The run's events after ``after`` up to its end (``streaming.events``)."""
+        """The run's events after ``after`` up to its end (``streaming.follow``)."""
         block = int(self.settings.stream_wait * 1000)
-        return streaming.events(self.streams, run_id, after, lambda: self.row(run_id), block)
+        return streaming.follow(self.streams, run_id, after, lambda: self.row(run_id), block)
 
     async def finished(self, run_id: str) -> Run:
         """The run's row once it has finished (``interrupted`` counts)."""
@@ -120,8 +121,8 @@ class Backend:
         last: Any = await self.streams.xrevrange(keys.events(run_id), count=1)
         after = "0"
         if last:
-            event = runs.loads_event(*last[0])
-            if event.mode == runs.END:
+            event = events.loads_event(*last[0])
+            if event.mode == events.END:
                 return await self.row(run_id)
             after = event.id
         async for _ in self.events(run_id, after):

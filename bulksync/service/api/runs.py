@@ -20,7 +20,7 @@ from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 
 from bulksync.errors import ConfigError, ConflictError
-from bulksync.service import runs, submit
+from bulksync.service import events, runs, submit
 from bulksync.service.api import encode, streaming
 from bulksync.service.api.app import Backend, backend
 from bulksync.service.api.assistants import graph_id_of
@@ -148,7 +148,7 @@ def _streaming(
 ) -> AsyncIterator[dict[str, Any]]:
     """The run's server-sent events; a client leaving cancels the run when it asked to."""
 
-    async def events() -> AsyncIterator[dict[str, Any]]:
+    async def body() -> AsyncIterator[dict[str, Any]]:
         ended = False
         run_id = started.run_id
         try:
@@ -169,7 +169,7 @@ def _streaming(
                     None, submit.cancel, server.store, server.redis, server.settings, run_id
                 )
 
-    return events()
+    return body()
 
 
 # -- on a thread ----------------------------------------------------------------------------
@@ -187,8 +187,8 @@ async def create(server: Server, thread_id: str, body: RunCreate) -> JSONRespons
 async def stream(server: Server, thread_id: str, body: RunCreate) -> EventSourceResponse:
     """Queue a run on the thread and stream its events as they come."""
     started = await run_in_threadpool(_start, server, thread_id, body)
-    events = _streaming(server, started, cancel_on_disconnect=body.on_disconnect == "cancel")
-    return EventSourceResponse(events, headers=started.headers("stream"))
+    parts = _streaming(server, started, cancel_on_disconnect=body.on_disconnect == "cancel")
+    return EventSourceResponse(parts, headers=started.headers("stream"))
 
 
 @router.post("/threads/{thread_id}/runs/wait")
@@ -273,7 +273,7 @@ async def join_stream(
     asked = [m for m in stream_mode or () if m]
     modes = list(dict.fromkeys(MODE_ALIASES.get(m, m) for m in asked)) or None
     started = _Started(run.run_id, run.thread_id, run.payload.get("stream_mode") or [], False)
-    events = _streaming(
+    parts = _streaming(
         server,
         started,
         after=last_event_id or "0",
@@ -281,7 +281,7 @@ async def join_stream(
         metadata=not last_event_id,
         cancel_on_disconnect=cancel_on_disconnect,
     )
-    return EventSourceResponse(events, headers=started.headers())
+    return EventSourceResponse(parts, headers=started.headers())
 
 
 # -- without a thread --------------------------------------------------------------------------
@@ -300,13 +300,13 @@ async def stream_threadless(server: Server, body: RunCreate) -> EventSourceRespo
     """Run on a new thread and stream its events; the thread is deleted after the run
     unless ``on_completion`` is ``keep``."""
     started = await run_in_threadpool(_start, server, None, body)
-    events = _streaming(
+    parts = _streaming(
         server,
         started,
         cancel_on_disconnect=body.on_disconnect == "cancel",
         then=lambda: _finish_threadless(server, started, body),
     )
-    return EventSourceResponse(events, headers=started.headers())
+    return EventSourceResponse(parts, headers=started.headers())
 
 
 @router.post("/runs/wait")
@@ -365,7 +365,7 @@ async def _thread_events(
         for run in queue:
             start = after if run.run_id == run_id else "0"
             async for event in server.events(run.run_id, start):
-                if event.mode == runs.END:
+                if event.mode == events.END:
                     done = {"status": "run_done", "run_id": run.run_id}
                     ident = f"{run.run_id}:{event.id}"
                     yield {"event": "metadata", "data": streaming.dumps(done), "id": ident}

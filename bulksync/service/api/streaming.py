@@ -1,6 +1,6 @@
 """A run's events for HTTP clients: read from its Redis stream without a thread per client.
 
-``events`` reads ``keys.events(run_id)`` with ``XREAD BLOCK`` on the asyncio Redis client,
+``follow`` reads ``keys.events(run_id)`` with ``XREAD BLOCK`` on the asyncio Redis client,
 from any event id (``Last-Event-ID`` resumes a dropped stream), until the run's ``end``
 event; between two blocks it checks the run's row, so a run whose end event was lost still
 ends. ``sse`` turns the events into the Agent Server's server-sent events: ``metadata``
@@ -17,16 +17,17 @@ from typing import Any, Final
 import redis.asyncio as aredis
 
 from bulksync import keys
-from bulksync.service import runs
+from bulksync.service import events, runs
 from bulksync.service.api import encode
-from bulksync.service.runs import Run, RunEvent
+from bulksync.service.events import RunEvent
+from bulksync.service.runs import Run
 from bulksync.workers.callback_relay import CALLBACK_EVENTS
 
 # Events of a run that are for bulksync's own clients, never an HTTP client's stream modes.
-_PRIVATE: Final = frozenset({runs.PROGRESS, runs.LIFECYCLE, CALLBACK_EVENTS})
+_PRIVATE: Final = frozenset({events.PROGRESS, events.LIFECYCLE, CALLBACK_EVENTS})
 
 
-async def events(
+async def follow(
     client: aredis.Redis,
     run_id: str,
     after: str,
@@ -45,15 +46,15 @@ async def events(
         )
         if reply:
             for entry_id, fields in reply[0][1]:
-                event = runs.loads_event(entry_id, fields)
+                event = events.loads_event(entry_id, fields)
                 after = event.id
                 yield event
-                if event.mode == runs.END:
+                if event.mode == events.END:
                     return
         elif not finished:
             finished = (await row()).finished  # then drain what is left
         else:  # finished and drained, but no end event (expired, or its writer died)
-            yield RunEvent(after, (), runs.END, runs.end_event(await row()))
+            yield RunEvent(after, (), events.END, events.end_event(await row()))
             return
 
 
@@ -68,8 +69,8 @@ def wanted(event: RunEvent, modes: Collection[str] | None) -> bool:
     ``progress`` (a step's task counts, per node too: what the run view draws) only when
     asked for by name; the run's other bookkeeping events never.
     """
-    if event.mode == runs.PROGRESS:
-        return modes is not None and runs.PROGRESS in modes
+    if event.mode == events.PROGRESS:
+        return modes is not None and events.PROGRESS in modes
     if event.mode in _PRIVATE:
         return False
     return not modes or event.mode in modes
@@ -87,7 +88,7 @@ async def sse(
     if metadata:
         yield {"event": "metadata", "data": json.dumps({"run_id": run_id, "attempt": 1})}
     async for event in source:
-        if event.mode == runs.END:
+        if event.mode == events.END:
             final = await row()
             if final.status in runs.FAILED:
                 yield {"event": "error", "data": dumps(encode.run_error(final)), "id": event.id}

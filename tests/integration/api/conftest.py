@@ -118,7 +118,7 @@ def wait_served(server: ApiServer, coordinator: Process, graph_id: str) -> None:
     """Block until the coordinator announces ``graph_id``."""
     import redis
 
-    from bulksync.service.runs import serving
+    from bulksync.service.events import serving
 
     client = redis.Redis.from_url(server.settings.redis_url)
     try:
