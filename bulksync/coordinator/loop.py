@@ -16,7 +16,6 @@ or from a graph invoked inside a node.
 from __future__ import annotations
 
 import dataclasses
-import queue
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -51,6 +50,7 @@ from bulksync.coordinator.executor import (
     StreamSink,
     TaskResult,
 )
+from bulksync.coordinator.inbox import Await, Inbox, Steps, drive
 from bulksync.coordinator.ledger import Ledger, load_head
 from bulksync.coordinator.nested import ReplayState, child_options, child_saver
 from bulksync.coordinator.options import RunOptions
@@ -356,13 +356,14 @@ class SuperstepLoop:
             self.stream.update(self.tasks[tid], writes, cached=True)
         return True
 
-    def run_tasks(self) -> None:
-        """Run the step's unfinished tasks, recording each result as it arrives."""
+    def run_tasks(self) -> Steps[None]:
+        """Run the step's unfinished tasks, recording each result as it arrives; yields
+        where it waits for them (``inbox.py``)."""
         self.stream.flush()
         todo = self._from_cache([t for t in self.tasks.values() if t.id not in self.task_writes])
         if not todo:
             return
-        results: queue.Queue[TaskResult] = queue.Queue()
+        results = Inbox()
         plain = [t for t in todo if self.spec.nodes[t.name].subgraph is None]
         step_input = self._step_input()
         # The step's tasks share one copy of the run-wide answer (a worker gets its own); the
@@ -393,9 +394,8 @@ class SuperstepLoop:
         deadline = clock.deadline(self.options.step_timeout)
         left = len(todo)
         while left:
-            try:
-                ready = [results.get(timeout=clock.left(deadline))]
-            except queue.Empty:  # the step outran its step_timeout
+            ready = yield Await(results, left, deadline)
+            if not ready:  # the step outran its step_timeout
                 if handle is not None:
                     handle.cancel()
                 self.stream.flush()
@@ -403,11 +403,6 @@ class SuperstepLoop:
                     f"A step of graph '{self.spec.name}' ran longer than its step_timeout "
                     f"of {self.options.step_timeout}s; its unfinished tasks were cancelled."
                 ) from None
-            while len(ready) < left:  # every result there is: their writes stored together
-                try:
-                    ready.append(results.get_nowait())
-                except queue.Empty:
-                    break
             left -= len(ready)
             with self.ledger.batched():
                 for result in ready:
@@ -636,7 +631,14 @@ class SuperstepLoop:
     # -- the whole run ----------------------------------------------------------------
 
     def run(self) -> Outcome:
+        """Run to the end or a pause on this thread (``steps``, driven by blocking)."""
+        return drive(self.steps())
+
+    def steps(self) -> Steps[Outcome]:
         """Run to the end or a pause; interrupts of a root graph end the run normally.
+
+        A generator: it yields what it waits for and is sent the results that arrived, so
+        that either a blocking driver or the reactor can move it on (``inbox.py``).
 
         Raises:
             GraphRecursionError: more steps than ``recursion_limit``.
@@ -645,7 +647,7 @@ class SuperstepLoop:
         try:
             self._start()
             while self.tick():
-                self.run_tasks()
+                yield from self.run_tasks()
                 self.after_tick()
         except GraphInterrupt as exc:
             self._exit(failed=True)

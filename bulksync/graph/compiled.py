@@ -1,8 +1,10 @@
 """``CompiledStateGraph``: run a graph and read its threads, with LangGraph's interface.
 
 Every run drives one ``SuperstepLoop`` over an executor (in-process threads by default).
-The loop runs on its own thread and streams ``(namespace, mode, chunk)`` events through a
-queue, so ``custom`` chunks and subgraph events arrive while the step is still running.
+For ``stream``/``invoke`` the loop runs on its own thread and streams ``(namespace, mode,
+chunk)`` events through a queue, so ``custom`` chunks and subgraph events arrive while the
+step is still running; ``start`` hands the loop to a ``Reactor`` instead, for a service
+driving many runs at once.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from bulksync.coordinator.executor import Executor
 from bulksync.coordinator.loop import Outcome, SuperstepLoop, invoke_nested
 from bulksync.coordinator.nested import ReplayState, recast_namespace
 from bulksync.coordinator.options import RunOptions, validate_recursion_limit
+from bulksync.coordinator.reactor import Reactor
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.coordinator.stream import check_version, frame, stream_modes, stream_part
 from bulksync.errors import GraphInterrupt
@@ -206,44 +209,21 @@ class CompiledStateGraph(AsyncGraphMethods):
         """
         check_version(version)
         modes, bare = stream_modes(stream_mode, bool(debug or (debug is None and self.debug)))
-        upstream, forwarded = _caller_upstream(config)
-        config, replay = self._into_subgraph(self._run_config(config))
-        _check_run_arguments(self.spec, durability, interrupt_before, interrupt_after)
         events: queue.Queue[Any] = queue.Queue()
-        relay = None if lifecycle is None else lambda record: events.put(_Lifecycle(record))
-        # To the config's handlers, if any, and to ``lifecycle``.
-        reports = RunCallbacks(config, self.name, input, relay)
-        options = RunOptions(
-            config=config,
-            recursion_limit=validate_recursion_limit(config["recursion_limit"]),
-            durability=durability or "async",
-            interrupt_before=_given(interrupt_before, self.interrupt_before),
-            interrupt_after=_given(interrupt_after, self.interrupt_after),
-            output_keys=output_keys if output_keys is not None else self.spec.stream_channels,
-            modes=frozenset(modes) | forwarded,
-            subgraphs=subgraphs,
-            context=_as_context(self.builder.context_schema, context),
-            control=control,
-            step_timeout=self.step_timeout,
-            on_resume=reports.on_resume(),
-        )
-
-        def sink(ns: tuple[str, ...], mode: str, chunk: Any) -> None:
-            if mode in forwarded:
-                upstream(ns, mode, chunk)
-            events.put((ns, mode, chunk))
-
-        loop = SuperstepLoop(
-            self.spec,
+        loop, reports = self._open_run(
             input,
-            saver=self.saver,
-            executor=self.executor,
-            options=options,
-            sink=sink,
-            replay=replay,
-            home=current_home(),  # an async caller's loop runs the async nodes
+            config,
+            modes,
+            subgraphs,
+            events.put,
+            output_keys=output_keys,
+            interrupt_before=interrupt_before,
+            interrupt_after=interrupt_after,
+            durability=durability,
+            context=context,
+            control=control,
+            lifecycle=lifecycle,
         )
-
         outcome: list[Outcome] = []
 
         def body() -> None:
@@ -285,6 +265,108 @@ class CompiledStateGraph(AsyncGraphMethods):
             if not ended:  # the caller broke off (or was cancelled): the run stops too
                 loop.abandon()
                 reports.failed(asyncio.CancelledError())
+
+    def start(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None,
+        reactor: Reactor,
+        on_chunk: Callable[[tuple[str, ...], str, Any], None],
+        on_end: Callable[[Outcome | None, BaseException | None], None],
+        *,
+        stream_mode: str | Sequence[str] | None = None,
+        subgraphs: bool = False,
+        lifecycle: Callable[[dict[str, Any]], None] | None = None,
+        **options: Any,
+    ) -> SuperstepLoop:
+        """Start a run driven by ``reactor``, holding no thread while its tasks run: the
+        coordinator service's way to drive many runs at once (``coordinator/reactor.py``).
+
+        ``stream`` as callbacks, on reactor threads: ``on_chunk(namespace, mode, chunk)``
+        gets what ``stream(subgraphs=True)`` would yield, unframed; then ``on_end`` gets the
+        run's ``Outcome``, or the error ``stream`` would raise. ``lifecycle`` and
+        ``options`` are ``stream``'s. The loop is returned, to ``abandon`` the run.
+        """
+        modes, _ = stream_modes(stream_mode, bool(self.debug))
+
+        def put(item: Any) -> None:
+            if isinstance(item, _Lifecycle):
+                lifecycle(item.record)  # type: ignore[misc]
+                return
+            ns, mode, chunk = item
+            if (subgraphs or not ns) and mode in modes:
+                on_chunk(ns, mode, chunk)
+
+        loop, reports = self._open_run(
+            input, config, modes, subgraphs, put, lifecycle=lifecycle, **options
+        )
+
+        def done(outcome: Outcome | None, error: BaseException | None) -> None:
+            if outcome is not None:
+                reports.paused(outcome.status, loop.checkpoint.id, outcome.interrupts)
+                reports.ended(outcome.output)
+            elif error is not None:
+                reports.failed(error)
+            on_end(outcome, error)
+
+        reactor.start(loop.steps(), done)
+        return loop
+
+    def _open_run(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None,
+        modes: Sequence[str],
+        subgraphs: bool,
+        put: Callable[[Any], None],
+        *,
+        output_keys: Sequence[str] | str | None = None,
+        interrupt_before: Sequence[str] | str | None = None,
+        interrupt_after: Sequence[str] | str | None = None,
+        durability: str | None = None,
+        context: Any = None,
+        control: Any = None,
+        lifecycle: Callable[[dict[str, Any]], None] | None = None,
+    ) -> tuple[SuperstepLoop, RunCallbacks]:
+        """The loop of one run, and the run's callbacks: ``put`` gets every
+        ``(namespace, mode, chunk)`` it streams, and each ``_Lifecycle`` record."""
+        upstream, forwarded = _caller_upstream(config)
+        config, replay = self._into_subgraph(self._run_config(config))
+        _check_run_arguments(self.spec, durability, interrupt_before, interrupt_after)
+        relay = None if lifecycle is None else lambda record: put(_Lifecycle(record))
+        # To the config's handlers, if any, and to ``lifecycle``.
+        reports = RunCallbacks(config, self.name, input, relay)
+        options = RunOptions(
+            config=config,
+            recursion_limit=validate_recursion_limit(config["recursion_limit"]),
+            durability=durability or "async",
+            interrupt_before=_given(interrupt_before, self.interrupt_before),
+            interrupt_after=_given(interrupt_after, self.interrupt_after),
+            output_keys=output_keys if output_keys is not None else self.spec.stream_channels,
+            modes=frozenset(modes) | forwarded,
+            subgraphs=subgraphs,
+            context=_as_context(self.builder.context_schema, context),
+            control=control,
+            step_timeout=self.step_timeout,
+            on_resume=reports.on_resume(),
+        )
+
+        def sink(ns: tuple[str, ...], mode: str, chunk: Any) -> None:
+            if mode in forwarded:
+                upstream(ns, mode, chunk)
+            put((ns, mode, chunk))
+
+        loop = SuperstepLoop(
+            self.spec,
+            input,
+            saver=self.saver,
+            executor=self.executor,
+            options=options,
+            sink=sink,
+            replay=replay,
+            home=current_home(),  # an async caller's loop runs the async nodes
+        )
+        return loop, reports
 
     def _part_maker(self) -> Callable[[tuple[str, ...], str, Any], dict[str, Any]]:
         """v2 parts of this graph: values as its output schema, checkpoints as its state's."""

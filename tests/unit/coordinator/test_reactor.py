@@ -1,0 +1,139 @@
+"""The reactor moves many waiting loops on with a few threads (``coordinator/reactor.py``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from bulksync.coordinator.executor import TaskResult
+from bulksync.coordinator.inbox import Await, Inbox, Steps, drive
+from bulksync.coordinator.reactor import Reactor, Serial
+
+
+def _steps(inboxes: list[Inbox], count: int, deadline: float | None = None) -> Steps[list[str]]:
+    """A loop of ``count`` one-task steps: each waits for its result, returns the ids."""
+    got: list[str] = []
+    for _ in range(count):
+        inbox = Inbox()
+        inboxes.append(inbox)
+        ready = yield Await(inbox, 1, deadline)
+        if not ready:
+            raise TimeoutError("no result")
+        got.extend(r.task_id for r in ready)
+    return got
+
+
+class _Ends:
+    def __init__(self, expected: int) -> None:
+        self.values: dict[int, Any] = {}
+        self.errors: dict[int, BaseException] = {}
+        self.threads: set[str] = set()
+        self._left = expected
+        self._lock = threading.Lock()
+        self.all = threading.Event()
+
+    def done(self, key: int) -> Any:
+        def record(value: Any, error: BaseException | None) -> None:
+            with self._lock:
+                self.threads.add(threading.current_thread().name)
+                if error is None:
+                    self.values[key] = value
+                else:
+                    self.errors[key] = error
+                self._left -= 1
+                if not self._left:
+                    self.all.set()
+
+        return record
+
+
+@pytest.fixture
+def reactor() -> Any:
+    r = Reactor(2, name="test-reactor")
+    yield r
+    r.close()
+
+
+def test_many_waiting_loops_share_two_threads(reactor: Reactor) -> None:
+    runs, steps = 300, 3
+    inboxes: list[list[Inbox]] = [[] for _ in range(runs)]
+    ends = _Ends(runs)
+    before = threading.active_count()
+    for i in range(runs):
+        reactor.start(_steps(inboxes[i], steps), ends.done(i))
+    for step in range(steps):
+        deadline = time.monotonic() + 10
+        while any(len(b) <= step for b in inboxes) and time.monotonic() < deadline:
+            time.sleep(0.01)  # every loop has reached this step's wait
+        # While all of them wait, they hold no thread: two workers and nothing more.
+        assert threading.active_count() <= before + 2
+        for i, boxes in enumerate(inboxes):
+            boxes[step].put(TaskResult(f"{i}-{step}", ()))
+    assert ends.all.wait(10)
+    assert not ends.errors
+    assert ends.values == {i: [f"{i}-{s}" for s in range(steps)] for i in range(runs)}
+    assert ends.threads <= {f"test-reactor_{n}" for n in range(2)}
+
+
+def test_a_result_delivered_before_the_loop_waits_is_not_lost(reactor: Reactor) -> None:
+    inbox = Inbox()
+    inbox.put(TaskResult("early", ()))
+
+    def steps() -> Steps[list[str]]:
+        ready = yield Await(inbox, 5, None)
+        return [r.task_id for r in ready]
+
+    ends = _Ends(1)
+    reactor.start(steps(), ends.done(0))
+    assert ends.all.wait(5)
+    assert ends.values == {0: ["early"]}
+
+
+def test_a_deadline_sends_no_results_and_the_error_reaches_done(reactor: Reactor) -> None:
+    inboxes: list[Inbox] = []
+    ends = _Ends(1)
+    began = time.monotonic()
+    reactor.start(_steps(inboxes, 1, deadline=time.monotonic() + 0.2), ends.done(0))
+    assert ends.all.wait(5)
+    assert isinstance(ends.errors[0], TimeoutError)
+    assert time.monotonic() - began >= 0.2
+
+
+def test_drive_blocks_until_the_loop_ends() -> None:
+    inboxes: list[Inbox] = []
+    steps = _steps(inboxes, 2)
+
+    def feed() -> None:
+        for n in range(2):
+            while len(inboxes) <= n:
+                time.sleep(0.005)
+            inboxes[n].put(TaskResult(f"t{n}", ()))
+
+    threading.Thread(target=feed, daemon=True).start()
+    assert drive(steps) == ["t0", "t1"]
+
+
+def test_serial_runs_in_order_one_at_a_time(reactor: Reactor) -> None:
+    serial = Serial(reactor)
+    seen: list[int] = []
+    inside = threading.Semaphore(1)
+    finished = threading.Event()
+
+    def job(n: int) -> Any:
+        def run() -> None:
+            assert inside.acquire(blocking=False), "two jobs of one Serial at once"
+            seen.append(n)
+            time.sleep(0.001)
+            inside.release()
+            if n == 49:
+                finished.set()
+
+        return run
+
+    for n in range(50):
+        serial.submit(job(n))
+    assert finished.wait(5)
+    assert seen == list(range(50))
