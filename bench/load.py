@@ -4,8 +4,9 @@ Starts ``--workers`` ``bulksync worker --graph bench.graphs:fanout`` processes (
 and one ``bulksync coordinator`` (with ``--max-runs`` when given, else its default) on a
 private queue and a fresh Postgres schema, submits ``--runs`` runs of a ``--fanout``-way
 fan-out as fast as the client can, and waits for all of them. It prints the command, how
-many runs ended in each status, whether every output is right, and the wall time; it exits
-non-zero when a run did not succeed with the right output.
+many runs ended in each status, whether every output is right, the wall time, and — sampled
+every 50 ms meanwhile — the most runs the coordinator had running at once and the most
+threads its process had; it exits non-zero when a run did not succeed with the right output.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+
+import psycopg
 
 from bench import graphs
 from bench.measure import fresh_schema
@@ -86,12 +90,54 @@ def main(argv: Sequence[str] | None = None) -> int:
                     cwd=REPO,
                     start_new_session=True,
                 )
+            sampler = _Sampler(coordinator.pid, url)
             try:
-                return _measure(client, args, log)
+                with sampler:
+                    code = _measure(client, args, log)
+                print(
+                    f"at once: up to {sampler.running} runs running, "
+                    f"the coordinator process up to {sampler.threads} threads"
+                )
+                return code
             finally:
                 os.killpg(coordinator.pid, signal.SIGTERM)
                 coordinator.wait(60)
                 app.close()
+
+
+class _Sampler:
+    """The most runs running at once, and the most threads of process ``pid``, while open."""
+
+    def __init__(self, pid: int, database_url: str) -> None:
+        self.pid = pid
+        self.url = database_url
+        self.running = 0
+        self.threads = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> _Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        status = Path(f"/proc/{self.pid}/status")
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self._stop.wait(0.05):
+                try:
+                    row = conn.execute(
+                        "SELECT count(*) FROM bulksync_runs WHERE status = 'running'"
+                    ).fetchone()
+                except psycopg.errors.UndefinedTable:  # the coordinator has not made it yet
+                    row = None
+                self.running = max(self.running, row[0] if row else 0)
+                for line in status.read_text().splitlines():
+                    if line.startswith("Threads:"):
+                        self.threads = max(self.threads, int(line.split()[1]))
 
 
 def _measure(client: Client, args: argparse.Namespace, log: Path) -> int:

@@ -240,6 +240,13 @@ class Settings:
     max_runs: int = setting(
         100, group="coordinator", doc="runs one coordinator process drives at once", unit="runs"
     )
+    drive_threads: int = setting(
+        8,
+        group="coordinator",
+        doc="threads a coordinator moves its runs on with (applying writes, committing, "
+        "dispatching); a run waiting on its tasks holds none",
+        unit="threads",
+    )
     heartbeat: float = setting(
         5.0,
         group="coordinator",
@@ -421,7 +428,8 @@ class Settings:
         """The size of a coordinator's Postgres pool (``db_pool_size``).
 
         By default one connection per run it drives, up to 32 (runs share connections
-        beyond that), plus a few for claiming, heartbeats and leases.
+        beyond that, and only ``drive_threads`` of them commit at once, besides subgraph
+        nodes' child loops), plus a few for claiming, heartbeats and leases.
         """
         if self.db_pool_size is not None:
             return self.db_pool_size
@@ -431,9 +439,9 @@ class Settings:
     def redis_connections(self) -> int:
         """The size of a coordinator's Redis pool (``redis_pool_size``).
 
-        By default one per run it drives (each run's loop dispatches and streams on its own
-        thread) plus a few for the shared gatherer, wake-ups and heartbeats; connections
-        open only when used.
+        By default one per run it drives (its events, its subgraph nodes' child loops and
+        callbacks may each hold one a moment) plus a few for the shared gatherer, wake-ups
+        and heartbeats; connections open only when used.
         """
         if self.redis_pool_size is not None:
             return self.redis_pool_size

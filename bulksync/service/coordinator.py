@@ -7,7 +7,8 @@ given (``bulksync.settings``, group ``coordinator``). The loop:
 1. every ``heartbeat`` seconds, take over runs whose owner stopped heartbeating for
    ``stale_after`` seconds (they become claimable again, and resume from their checkpoint);
 2. claim runnable runs, oldest first, up to ``max_runs`` driven at once; each gets a
-   :class:`~bulksync.service.driver.RunDriver` on its own thread;
+   :class:`~bulksync.service.driver.RunDriver`, moved on by the coordinator's ``Reactor``:
+   ``drive_threads`` threads in all, however many runs wait on their tasks;
 3. every ``heartbeat`` seconds too, announce the graph ids it serves in Redis
    (``keys.served``), so that a client submitting a run of a graph nobody serves is told
    at once instead of waiting for ever;
@@ -39,7 +40,9 @@ from celery import Celery
 from bulksync import keys, logs
 from bulksync.checkpoint.base import LeasingSaver
 from bulksync.checkpoint.postgres import PostgresSaver
+from bulksync.coordinator import clock
 from bulksync.coordinator.executor import Executor
+from bulksync.coordinator.reactor import Reactor
 from bulksync.retry import redis_client
 from bulksync.service import events, runs
 from bulksync.service.driver import DriverContext, RunDriver
@@ -84,7 +87,8 @@ class Coordinator:
         # Sized by a setting and waiting when busy: every driver streams through this pool.
         self.redis = redis_client(settings.redis_url, settings.redis_connections)
         self._executors: dict[str, Executor] = {}
-        self._drivers: dict[str, tuple[RunDriver, threading.Thread]] = {}
+        self._drivers: dict[str, RunDriver] = {}
+        self.reactor = Reactor(settings.drive_threads, name="bulksync-drive")
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._abandoned = threading.Event()
@@ -102,6 +106,7 @@ class Coordinator:
             graph_for=registry.get,
             executor_for=self._executor,
             abandoned=self._abandoned,
+            reactor=self.reactor,
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -156,11 +161,14 @@ class Coordinator:
         if self._serving:
             self._stopped.wait(timeout=self.poll_interval + 5)
         if not abandon:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            for _, thread in self._active():
-                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            deadline = clock.deadline(timeout)
+            for driver in self._active():
+                driver.done.wait(
+                    None if deadline is None else max(0.0, deadline - time.monotonic())
+                )
         # Runs still going after the timeout lose their heartbeat: others take them over.
         self._halted.set()
+        self.reactor.close()
         # Connections close now rather than at garbage collection; a driver still going
         # reconnects.
         self.redis.close()
@@ -173,7 +181,7 @@ class Coordinator:
     @property
     def active(self) -> list[str]:
         """Ids of the runs this coordinator drives now."""
-        return [driver.run_id for driver, _ in self._active()]
+        return [driver.run_id for driver in self._active()]
 
     # -- the loop -----------------------------------------------------------------------
 
@@ -193,23 +201,16 @@ class Coordinator:
                 run.graph_id,
                 extra=logs.ids(run_id=run.run_id, thread_id=run.thread_id),
             )
-            driver = RunDriver(self.ctx, run)
-            thread = threading.Thread(
-                target=self._drive, args=(driver,), name=f"bulksync-run-{run.run_id[:8]}"
-            )
-            thread.daemon = True
+            driver = RunDriver(self.ctx, run, self._driven)
             with self._lock:
-                self._drivers[run.run_id] = (driver, thread)
-            thread.start()
+                self._drivers[run.run_id] = driver
+            self.reactor.call(driver.start)
         return len(claimed) == free
 
-    def _drive(self, driver: RunDriver) -> None:
-        try:
-            driver.run()
-        finally:
-            with self._lock:
-                self._drivers.pop(driver.run_id, None)
-            self._slot_free.set()
+    def _driven(self, driver: RunDriver) -> None:
+        with self._lock:
+            self._drivers.pop(driver.run_id, None)
+        self._slot_free.set()
 
     def _wait(self) -> None:
         """Block until a client's wake-up, a free slot, or ``poll_interval`` seconds."""
@@ -265,7 +266,7 @@ class Coordinator:
             self._guard(self._beat_once)
 
     def _beat_once(self) -> None:
-        drivers = [d for d, _ in self._active()]
+        drivers = self._active()
         owned = self.store.heartbeat(self.owner, [d.run_id for d in drivers])
         for driver in drivers:
             if driver.done.is_set():
@@ -280,7 +281,7 @@ class Coordinator:
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _active(self) -> list[tuple[RunDriver, threading.Thread]]:
+    def _active(self) -> list[RunDriver]:
         with self._lock:
             return list(self._drivers.values())
 

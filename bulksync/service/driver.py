@@ -1,4 +1,9 @@
-"""Driving one detached run, on its own thread of the coordinator service.
+"""Driving one detached run on the coordinator service's reactor, without a thread of its own.
+
+The driver holds no thread while its run's tasks are on the workers: the run's loop is
+moved on by the coordinator's ``Reactor`` (``coordinator/reactor.py``) as results arrive,
+and the chunks it streams are written to the run's Redis stream in batches, in order, by a
+``Serial`` of the driver's own — one round trip for all the events that piled up meanwhile.
 
 A writer run (``invoke``, ``stream``, ``update_state``) first takes its thread's lease, so no
 other coordinator can commit to the thread meanwhile; its checkpoints go through a saver
@@ -34,6 +39,8 @@ from bulksync.checkpoint.base import CheckpointTuple, LeasingSaver
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, INTERRUPT, NULL_TASK_ID, THREAD_ID
 from bulksync.coordinator.commands import is_resume_map
 from bulksync.coordinator.executor import Executor
+from bulksync.coordinator.loop import SuperstepLoop
+from bulksync.coordinator.reactor import Reactor, Serial
 from bulksync.coordinator.spec import RunnableGraph
 from bulksync.errors import LeaseLostError, TaskCancelledError, TaskTimeoutError, error_text
 from bulksync.retry import is_transient_redis, retry
@@ -64,48 +71,51 @@ class DriverContext:
     graph_for: Callable[[str], RunnableGraph]
     executor_for: Callable[[str], Executor]
     abandoned: threading.Event
+    reactor: Reactor
 
 
 class RunDriver:
-    """Runs one claimed run to its final status (``run()`` is a thread's target)."""
+    """Drives one claimed run to its final status: :meth:`start` it on a reactor thread;
+    ``done`` is set once the run has its final status (or was given up)."""
 
-    def __init__(self, ctx: DriverContext, run: Run) -> None:
+    def __init__(
+        self, ctx: DriverContext, run: Run, ended: Callable[[RunDriver], None] | None = None
+    ) -> None:
         self.ctx = ctx
         self.run_row = run
         self.lease: tuple[str, int] | None = None
         self.lost = threading.Event()  # another coordinator owns the run or its thread now
         self.done = threading.Event()
         self.began = time.monotonic()
+        self._ended = ended
+        self._loop: SuperstepLoop | None = None
+        self._serial = Serial(ctx.reactor)
+        self._lock = threading.Lock()
+        self._outbox: list[tuple[tuple[str, ...], str, Any]] = []
+        self._wanted: list[str] = []
+        self._tracker = _Tracker(ctx.settings.progress_interval)
+        self._broken: BaseException | None = None  # the run's events could not be written
 
     @property
     def run_id(self) -> str:
         """The id of the run this driver drives."""
         return self.run_row.run_id
 
-    def run(self) -> None:
-        """Drive the run; never raises (a failure becomes the run's ``error`` status)."""
+    def start(self) -> None:
+        """Begin the run; returns once it waits on its tasks (or has ended). Never raises:
+        a failure becomes the run's ``error`` status."""
         try:
-            self._drive()
+            if not self._begin():
+                self._close()
         except Exception as exc:  # a bug or a lost service: record it rather than hang the run
-            log.exception("run %s: driver failed", self.run_id)
-            try:
-                self._finish(runs.ERROR, error=exc)
-            except Exception:  # the row stays running: a live coordinator takes it over
-                log.exception("run %s: could not record its failure", self.run_id)
-        finally:
-            if self.lease is not None and not self.ctx.abandoned.is_set():
-                thread, token = self.lease
-                try:
-                    self.ctx.saver.release_lease(thread, self.ctx.owner, token)
-                except Exception:  # expiry frees it anyway
-                    log.warning("run %s: could not release the lease of thread %s", *self.lease)
-            self.done.set()
+            self._failed(exc)
 
-    def _drive(self) -> None:
+    def _begin(self) -> bool:
+        """Start the run; False when it is over already (a read, an update, a cancel)."""
         run = self.run_row
         if run.cancel_requested:
             self._finish(runs.CANCELLED, error=TaskCancelledError(f"run {run.run_id} cancelled"))
-            return
+            return False
         graph = self.ctx.graph_for(run.graph_id)  # claimed because it is loaded here
         payload = run.payload
         if run.kind in runs.READ_KINDS:
@@ -115,10 +125,10 @@ class RunDriver:
                 self._finish(runs.ERROR, error=exc)
             else:
                 self._finish(runs.SUCCESS, output=output)
-            return
+            return False
         token = self._acquire(run.thread_id)
         if token is None:
-            return  # abandoned while waiting
+            return not self.ctx.abandoned.is_set()  # tried again later, or given up
         saver = self.ctx.saver.fenced(run.thread_id, token)
         head = saver.get_tuple(_head_config(run.thread_id))
         moved = grew = False
@@ -130,7 +140,7 @@ class RunDriver:
         bound = graph.with_checkpointer(saver)
         if run.kind == "update_state":
             self._update_state(bound, payload, head if moved else None)
-            return
+            return False
         value = payload["input"]
         if moved or grew:
             value = None if moved else _resume_input(value)
@@ -142,6 +152,7 @@ class RunDriver:
             )
         executor = self.ctx.executor_for(run.graph_id)
         self._stream(bound.with_executor(executor), payload, value, resumed=moved or grew)
+        return True
 
     # -- kinds ------------------------------------------------------------------------
 
@@ -179,57 +190,28 @@ class RunDriver:
         config["run_id"] = run.run_id
         if resumed:
             config["configurable"].pop(CHECKPOINT_ID, None)  # continue from the head
-        wanted = list(payload["stream_mode"])
-        subgraphs = bool(payload["subgraphs"])
+        self._wanted = list(payload["stream_mode"])
         options = dict(payload["options"])
         if run.kind == "invoke" and options.get("output_keys") is None:
             options["output_keys"] = bound.spec.output_channels  # as invoke() does
         options["durability"] = options.get("durability") or "sync"
-        modes = [*wanted, *(m for m in _INTERNAL_MODES if m not in wanted)]
-        tracker = _Tracker(self.ctx.settings.progress_interval)
+        modes = [*self._wanted, *(m for m in _INTERNAL_MODES if m not in self._wanted)]
         if payload.get("lifecycle"):  # the caller has lifecycle handlers: tell it
             options["lifecycle"] = lambda record: self._event((), events.LIFECYCLE, record)
         if payload.get("trace") is not None:  # and LangChain handlers: relay the callbacks
             self._relay_callbacks(config, payload["trace"])
         # Asked through, not filtered here: a graph a node runs on its own thread reaches
         # this stream at its own (root) namespaces only when subgraphs are read.
-        chunks = iter(
-            bound.stream(value, config, stream_mode=modes, subgraphs=subgraphs, **options)
+        self._loop = bound.start(
+            value,
+            config,
+            self.ctx.reactor,
+            self._event,
+            self._stream_ended,
+            stream_mode=modes,
+            subgraphs=bool(payload["subgraphs"]),
+            **options,
         )
-        try:
-            while True:
-                try:
-                    ns, mode, chunk = next(chunks) if subgraphs else ((), *next(chunks))
-                except StopIteration:
-                    break
-                except TaskCancelledError as exc:
-                    self._finish(runs.CANCELLED, error=exc)
-                    return
-                except TaskTimeoutError as exc:
-                    self._finish(runs.TIMEOUT, error=exc)
-                    return
-                except LeaseLostError as exc:
-                    log.warning("run %s: %s", run.run_id, exc)
-                    self.lost.set()
-                    return
-                except Exception as exc:  # the run's own failure (a node, a bad input, …)
-                    self._finish(runs.ERROR, error=exc)
-                    return
-                if self.ctx.abandoned.is_set():
-                    return
-                if mode in wanted and mode != events.PROGRESS:
-                    self._event(ns, mode, chunk)  # progress: the tracker's events, below
-                if not ns:
-                    progress = tracker.observe(mode, chunk)
-                    if progress is not None:
-                        self._event((), events.PROGRESS, progress)
-        except BaseException:
-            # The driver failed while the loop still runs: stop the loop's tasks too.
-            if not self.ctx.abandoned.is_set() and not self.lost.is_set():
-                cancel_run(self.ctx.redis, run.run_id, self.ctx.settings)
-            raise
-        status = runs.INTERRUPTED if tracker.interrupted else runs.SUCCESS
-        self._finish(status, output=wire.SERDE.dumps(tracker.output()))
 
     def _relay_callbacks(self, config: dict[str, Any], trace: Mapping[str, Any]) -> None:
         """Report the run's callbacks (and its tasks') to the caller's handlers through the
@@ -244,31 +226,115 @@ class RunDriver:
         emit = functools.partial(self._event, (), CALLBACK_EVENTS)
         config["callbacks"] = relay_manager(trace, emit)
 
-    # -- lease, events, final status ----------------------------------------------------
-
-    def _acquire(self, thread_id: str) -> int | None:
-        """The thread's lease; waits while another coordinator's lease is still live."""
-        while True:
-            token = self.ctx.saver.acquire_lease(thread_id, self.ctx.owner, self.ctx.lease_ttl)
-            if token is not None:
-                self.lease = (thread_id, token)
-                return token
-            # Held by a coordinator that stopped heartbeating (or an update_state in flight):
-            # it ends by expiry, so waiting is the only way forward.
-            if self.ctx.abandoned.wait(min(1.0, self.ctx.lease_ttl / 4)):
-                return None
+    # -- the run's events -----------------------------------------------------------------
 
     def _event(self, namespace: tuple[str, ...], mode: str, chunk: Any) -> None:
+        """Queue one chunk of the run for its stream (from any thread; written in order)."""
+        if self.ctx.abandoned.is_set():
+            loop = self._loop
+            if loop is not None:
+                loop.abandon()  # as a stream nobody reads any more
+            return
+        with self._lock:
+            self._outbox.append((namespace, mode, chunk))
+            first = len(self._outbox) == 1
+        if first:
+            self._serial.submit(self._write_events)
+
+    def _write_events(self) -> None:
+        """Write every queued chunk the caller asked for, and the progress events they
+        make, in one Redis round trip."""
+        with self._lock:
+            taken, self._outbox = self._outbox, []
+        batch = []
+        for namespace, mode, chunk in taken:
+            wanted = mode not in _INTERNAL_MODES or mode in self._wanted
+            if wanted and mode != events.PROGRESS:  # progress: the tracker's events, below
+                batch.append((namespace, mode, chunk))
+            if not namespace:
+                progress = self._tracker.observe(mode, chunk)
+                if progress is not None:
+                    batch.append(((), events.PROGRESS, progress))
+        if not batch or self._broken is not None:
+            return
         ttl = self.ctx.settings.run_ttl
-        # Retried through a Redis outage: at worst a reply lost after the append repeats
-        # one event, where giving up would end the run in error.
-        retry(
-            lambda: events.add_event(self.ctx.redis, self.run_id, mode, chunk, namespace, ttl=ttl),
-            transient=is_transient_redis,
-            window=self.ctx.settings.retry_window,
-            what=f"run {self.run_id}: streaming an event",
-            stop=self.ctx.abandoned,
-        )
+        try:
+            # Retried through a Redis outage: at worst a reply lost after the append repeats
+            # events, where giving up would end the run in error.
+            retry(
+                lambda: events.add_events(self.ctx.redis, self.run_id, batch, ttl=ttl),
+                transient=is_transient_redis,
+                window=self.ctx.settings.retry_window,
+                what=f"run {self.run_id}: streaming {len(batch)} event(s)",
+                stop=self.ctx.abandoned,
+            )
+        except Exception as exc:  # the run cannot be followed: stop it, its tasks too
+            self._broken = exc
+            cancel_run(self.ctx.redis, self.run_id, self.ctx.settings)
+            loop = self._loop
+            if loop is not None:
+                loop.abandon()
+
+    def _stream_ended(self, outcome: Any, error: BaseException | None) -> None:
+        """The loop ended (on a reactor thread): once its events are written, the status."""
+        self._serial.submit(functools.partial(self._settle, error))
+
+    def _settle(self, error: BaseException | None) -> None:
+        try:
+            if self.ctx.abandoned.is_set():
+                return
+            if self._broken is not None:
+                self._finish(runs.ERROR, error=self._broken)
+            elif isinstance(error, TaskCancelledError):
+                self._finish(runs.CANCELLED, error=error)
+            elif isinstance(error, TaskTimeoutError):
+                self._finish(runs.TIMEOUT, error=error)
+            elif isinstance(error, LeaseLostError):
+                log.warning("run %s: %s", self.run_id, error)
+                self.lost.set()
+            elif error is not None:  # the run's own failure (a node, a bad input, …)
+                self._finish(runs.ERROR, error=error)
+            else:
+                status = runs.INTERRUPTED if self._tracker.interrupted else runs.SUCCESS
+                self._finish(status, output=wire.SERDE.dumps(self._tracker.output()))
+        except Exception as exc:
+            self._failed(exc)
+        else:
+            self._close()
+
+    # -- lease, final status ----------------------------------------------------------
+
+    def _acquire(self, thread_id: str) -> int | None:
+        """The thread's lease, or None: while another coordinator's lease is still live
+        (it ends by expiry), the run starts again a moment later, on the reactor."""
+        token = self.ctx.saver.acquire_lease(thread_id, self.ctx.owner, self.ctx.lease_ttl)
+        if token is not None:
+            self.lease = (thread_id, token)
+        elif not self.ctx.abandoned.is_set():
+            self.ctx.reactor.later(min(1.0, self.ctx.lease_ttl / 4), self.start)
+        return token
+
+    def _failed(self, exc: BaseException) -> None:
+        log.error("run %s: driver failed", self.run_id, exc_info=exc)
+        try:
+            self._finish(runs.ERROR, error=exc)
+        except Exception:  # the row stays running: a live coordinator takes it over
+            log.exception("run %s: could not record its failure", self.run_id)
+        self._close()
+
+    def _close(self) -> None:
+        """The run is over here: release its lease, tell the coordinator."""
+        if self.done.is_set():
+            return
+        if self.lease is not None and not self.ctx.abandoned.is_set():
+            thread, token = self.lease
+            try:
+                self.ctx.saver.release_lease(thread, self.ctx.owner, token)
+            except Exception:  # expiry frees it anyway
+                log.warning("run %s: could not release the lease of thread %s", *self.lease)
+        self.done.set()
+        if self._ended is not None:
+            self._ended(self)
 
     def _finish(
         self, status: str, *, output: bytes | None = None, error: BaseException | None = None
@@ -298,7 +364,16 @@ class RunDriver:
             f": {text}" if text else "",
             extra=logs.ids(run_id=self.run_id, thread_id=thread),
         )
-        self._event((), events.END, {"status": status, "error": text})
+        end = {"status": status, "error": text}
+        retry(
+            lambda: events.add_event(
+                self.ctx.redis, self.run_id, events.END, end, ttl=self.ctx.settings.run_ttl
+            ),
+            transient=is_transient_redis,
+            window=self.ctx.settings.retry_window,
+            what=f"run {self.run_id}: streaming its end",
+            stop=self.ctx.abandoned,
+        )
         if self.run_row.kind not in runs.READ_KINDS:
             try:
                 events.wake(self.ctx.redis)  # a run queued behind this one may start now

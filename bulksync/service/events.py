@@ -99,9 +99,22 @@ def add_event(
 
     ``ttl`` is the ``run_ttl`` setting of the caller.
     """
+    add_events(client, run_id, [(namespace, mode, chunk)], ttl=ttl)
+
+
+def add_events(
+    client: redis.Redis,
+    run_id: str,
+    batch: Sequence[tuple[Sequence[str], str, Any]],
+    *,
+    ttl: int,
+) -> None:
+    """Append ``(namespace, mode, chunk)`` events to the run's stream in order, in one
+    round trip; the stream lives ``ttl`` s more."""
     key = keys.events(run_id)
     pipe = client.pipeline(transaction=False)
-    pipe.xadd(key, dumps_event(namespace, mode, chunk))
+    for namespace, mode, chunk in batch:
+        pipe.xadd(key, dumps_event(namespace, mode, chunk))
     pipe.expire(key, ttl)
     pipe.execute()
 

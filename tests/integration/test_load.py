@@ -4,7 +4,9 @@ Real processes: two ``bulksync worker`` subprocesses (thread pools) on a private
 one ``bulksync coordinator --max-runs 300`` on the test's own Postgres schema. ``RUNS`` runs
 are queued first, so the coordinator claims them all in one go and drives every one at
 once: each waiting step used to hold a Redis connection of its own (past redis-py's pool
-cap of 100: ``MaxConnectionsError``), and now the executor's one gatherer waits on all.
+cap of 100: ``MaxConnectionsError``), and now the executor's one gatherer waits on all. Nor
+does a waiting run hold a thread: the coordinator process's threads, sampled meanwhile,
+stay far below the runs it drives (it had two per run before the reactor).
 
 Each run is a chain into a small fan-out (``prepare`` → ``WIDTH`` ``work`` tasks → ``total``);
 nodes count their completions in Redis. Every run must succeed with the output of an
@@ -17,6 +19,7 @@ import importlib
 import os
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -42,6 +45,10 @@ WIDTH = 3
 
 WAIT = 150.0
 """Longest the test waits for all runs to finish (a liveness bound, not a measure)."""
+
+MAX_THREADS = 60
+"""Most threads the coordinator process may have while it drives ``RUNS`` runs: its
+``drive_threads`` (8), the gatherer, heartbeat and timer threads, Celery's and redis-py's."""
 
 GRAPH_MODULE = '''
 """A chain into a small fan-out; nodes count completions when BULKSYNC_TEST_LOAD is set."""
@@ -108,6 +115,34 @@ graph = builder.compile()
 '''
 
 
+class _ThreadCount:
+    """The most threads process ``pid`` had, sampled every 20 ms while open."""
+
+    def __init__(self, pid: int) -> None:
+        self.status = Path(f"/proc/{pid}/status")
+        self.most = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> _ThreadCount:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            try:
+                lines = self.status.read_text().splitlines()
+            except OSError:  # the process is gone: the test says why
+                return
+            for line in lines:
+                if line.startswith("Threads:"):
+                    self.most = max(self.most, int(line.split()[1]))
+
+
 @pytest.fixture
 def load_module(tmp_path: Path) -> Iterator[tuple[str, Any]]:
     name = f"loadgraph_{uuid.uuid4().hex[:10]}"
@@ -163,18 +198,20 @@ def test_hundreds_of_runs_at_once_all_finish_with_the_undisturbed_output(
             procs.append(spawn("coordinator", argv, env, tmp_path / "coordinator.log"))
             deadline = time.monotonic() + WAIT
             final: dict[str, runs.Run] = {}
-            for run_id in ids:
-                left = max(1.0, deadline - time.monotonic())
-                try:
-                    final[run_id] = client.wait(run_id, timeout=left)
-                except TimeoutError:
-                    break
+            with _ThreadCount(procs[-1].pid) as threads:
+                for run_id in ids:
+                    left = max(1.0, deadline - time.monotonic())
+                    try:
+                        final[run_id] = client.wait(run_id, timeout=left)
+                    except TimeoutError:
+                        break
             statuses = [final[i].status if i in final else "unfinished" for i in ids]
             failed = {s: statuses.count(s) for s in set(statuses) if s != runs.SUCCESS}
             logs = "\n".join(f"--- {p.name}\n{p.output()[-3000:]}" for p in procs)
             assert not failed, f"runs not successful: {failed}\n{logs}"
             outputs = {ids[i]: run.output["total"] for i, run in final.items()}
             assert outputs == expected
+            assert 0 < threads.most <= MAX_THREADS, f"coordinator threads: {threads.most}"
         counts = {
             what: [int(r.get(f"{prefix}:{what}:{n}") or 0) for n in range(RUNS)]
             for what in ("prepare", "total")
