@@ -210,8 +210,9 @@ class LeasingSaver(CheckpointSaver, Protocol):
     def acquire_lease(self, thread_id: str, owner: str, ttl: float) -> int | None:
         """Hold ``thread_id`` for ``ttl`` seconds; its fencing token, or None if taken."""
 
-    def renew_lease(self, thread_id: str, owner: str, token: int, ttl: float) -> bool:
-        """Extend the lease; False once ``token`` is no longer the lease's."""
+    def renew_leases(self, owner: str, leases: Mapping[str, int], ttl: float) -> set[str]:
+        """Extend ``owner``'s leases (a token by thread id) at once; the threads renewed,
+        without those whose lease no longer carries the token."""
 
     def release_lease(self, thread_id: str, owner: str, token: int) -> None:
         """End the lease now if ``owner`` still holds it with ``token``."""

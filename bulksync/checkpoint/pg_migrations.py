@@ -251,8 +251,11 @@ ACQUIRE_SQL = """INSERT INTO bulksync_thread_leases AS l (thread_id, owner, toke
       owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
     WHERE l.owner = EXCLUDED.owner OR l.expires_at <= now()
     RETURNING token"""
-RENEW_SQL = """UPDATE bulksync_thread_leases SET expires_at = now() + make_interval(secs => %s)
-    WHERE thread_id = %s AND owner = %s AND token = %s RETURNING token"""
+RENEW_SQL = """UPDATE bulksync_thread_leases AS l
+    SET expires_at = now() + make_interval(secs => %s)
+    FROM unnest(%s::text[], %s::bigint[]) AS k(thread_id, token)
+    WHERE l.thread_id = k.thread_id AND l.token = k.token AND l.owner = %s
+    RETURNING l.thread_id"""
 RELEASE_SQL = """UPDATE bulksync_thread_leases SET expires_at = '-infinity'
     WHERE thread_id = %s AND owner = %s AND token = %s"""
 

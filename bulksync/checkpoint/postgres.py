@@ -347,11 +347,21 @@ class PostgresSaver(AsyncSaverMethods):
         row = self._retry(lambda: self._fetch_one(pgm.ACQUIRE_SQL, args), "acquiring a lease")
         return None if row is None else int(row[0])
 
-    def renew_lease(self, thread_id: str, owner: str, token: int, ttl: float) -> bool:
-        """Extend the lease to ``ttl`` seconds from now; False once ``token`` is no longer its."""
-        args = (_seconds(ttl), thread_id, owner, token)
-        row = self._retry(lambda: self._fetch_one(pgm.RENEW_SQL, args), "renewing a lease")
-        return row is not None
+    def renew_leases(self, owner: str, leases: Mapping[str, int], ttl: float) -> set[str]:
+        """Extend ``owner``'s leases (a token by thread id) to ``ttl`` seconds from now, in
+        one statement; the threads renewed, without those whose token is no longer the
+        lease's."""
+        seconds = _seconds(ttl)
+        if not leases:
+            return set()
+        args = (seconds, list(leases), list(leases.values()), owner)
+
+        def renew() -> set[str]:
+            with self._connection() as conn:
+                rows = conn.cursor(row_factory=tuple_row).execute(pgm.RENEW_SQL, args)
+                return {str(row[0]) for row in rows.fetchall()}
+
+        return self._retry(renew, f"renewing {len(leases)} lease(s)")
 
     def release_lease(self, thread_id: str, owner: str, token: int) -> None:
         """End the lease now if ``owner`` still holds it with ``token``; the next acquire of

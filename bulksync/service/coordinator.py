@@ -266,17 +266,13 @@ class Coordinator:
             self._guard(self._beat_once)
 
     def _beat_once(self) -> None:
-        drivers = self._active()
+        drivers = [d for d in self._active() if not d.done.is_set()]
         owned = self.store.heartbeat(self.owner, [d.run_id for d in drivers])
+        leases = {d.lease[0]: d.lease[1] for d in drivers if d.lease is not None}
+        renewed = self.saver.renew_leases(self.owner, leases, self.stale_after)
         for driver in drivers:
-            if driver.done.is_set():
-                continue
-            if driver.run_id not in owned:
-                driver.lost.set()
             lease = driver.lease
-            if lease is not None and not self.saver.renew_lease(
-                lease[0], self.owner, lease[1], self.stale_after
-            ):
+            if driver.run_id not in owned or (lease is not None and lease[0] not in renewed):
                 driver.lost.set()
 
     # -- helpers ------------------------------------------------------------------------

@@ -328,19 +328,33 @@ def test_unreachable_database_names_the_url_without_password(url: str, where: st
 # --- leases -----------------------------------------------------------------------------
 
 
+def renewed(saver: PostgresSaver, thread_id: str, owner: str, token: int) -> bool:
+    """Whether ``owner`` renewed its lease of ``thread_id`` with ``token``."""
+    return saver.renew_leases(owner, {thread_id: token}, 30) == {thread_id}
+
+
+def test_leases_renew_together_and_only_with_their_token(saver: PostgresSaver) -> None:
+    for thread in ("t1", "t2", "t3"):
+        assert saver.acquire_lease(thread, "a", 30) == 1
+    assert saver.acquire_lease("t4", "b", 30) == 1
+    leases = {"t1": 1, "t2": 1, "t3": 2, "t4": 1, "unknown": 1}
+    assert saver.renew_leases("a", leases, 30) == {"t1", "t2"}
+    assert saver.renew_leases("a", {}, 30) == set()
+
+
 def test_lease_acquire_renew_release(saver: PostgresSaver) -> None:
     assert saver.acquire_lease("t", "a", 30) == 1
     assert saver.acquire_lease("t", "a", 30) == 1  # the holder again: same token, later expiry
     assert saver.acquire_lease("t", "b", 30) is None
-    assert saver.renew_lease("t", "a", 1, 30) is True
-    assert saver.renew_lease("t", "b", 1, 30) is False
-    assert saver.renew_lease("t", "a", 2, 30) is False
+    assert renewed(saver, "t", "a", 1) is True
+    assert renewed(saver, "t", "b", 1) is False
+    assert renewed(saver, "t", "a", 2) is False
     saver.release_lease("t", "b", 1)  # not b's: nothing happens
     assert saver.acquire_lease("t", "b", 30) is None
     saver.release_lease("t", "a", 1)
     assert saver.acquire_lease("t", "b", 30) == 2
     assert saver.acquire_lease("t", "a", 30) is None
-    assert saver.renew_lease("t", "a", 1, 30) is False
+    assert renewed(saver, "t", "a", 1) is False
     assert saver.acquire_lease("other", "a", 30) == 1  # tokens count per thread
 
 
@@ -348,7 +362,7 @@ def test_expired_lease_changes_hands_with_a_new_token(saver: PostgresSaver) -> N
     assert saver.acquire_lease("t", "a", 30) == 1
     expire(saver, "t")
     assert saver.acquire_lease("t", "b", 30) == 2
-    assert saver.renew_lease("t", "a", 1, 30) is False
+    assert renewed(saver, "t", "a", 1) is False
     assert saver.acquire_lease("t", "a", 30) is None
     expire(saver, "t")
     # The same owner coming back after expiry or release also gets a new token.
@@ -360,7 +374,7 @@ def test_expired_lease_changes_hands_with_a_new_token(saver: PostgresSaver) -> N
 def test_expired_lease_not_taken_can_be_renewed(saver: PostgresSaver) -> None:
     assert saver.acquire_lease("t", "a", 30) == 1
     expire(saver, "t")
-    assert saver.renew_lease("t", "a", 1, 30) is True
+    assert renewed(saver, "t", "a", 1) is True
     assert saver.acquire_lease("t", "b", 30) is None
 
 
@@ -393,7 +407,7 @@ def test_lease_ttl_must_be_positive(saver: PostgresSaver, ttl: float) -> None:
     with pytest.raises(ValueError, match="positive number of seconds"):
         saver.acquire_lease("t", "a", ttl)
     with pytest.raises(ValueError, match="positive number of seconds"):
-        saver.renew_lease("t", "a", 1, ttl)
+        saver.renew_leases("a", {"t": 1}, ttl)
 
 
 # --- fencing ----------------------------------------------------------------------------
