@@ -230,18 +230,24 @@ class ClaimWatch:
         """Seconds until the next look is due (0 when it is)."""
         return max(0.0, self._next - time.monotonic())
 
-    def survey(self, client: redis.Redis, pending: Iterable[str]) -> Survey:
-        """Look at the claims, counts and results of ``pending`` tasks; say what to do."""
-        now = time.monotonic()
-        self._next = now + self.settings.claim_interval
+    def ask(self, pipe: Any, pending: Iterable[str]) -> list[str]:
+        """Queue on ``pipe`` the reads of a look at the ``pending`` tasks (their claims,
+        delivery counts and results: three replies, none when nothing is pending); the task
+        ids asked about, for :meth:`judge`. The next look is due a claim interval from now."""
+        self._next = time.monotonic() + self.settings.claim_interval
         ids = sorted(pending)
+        if ids:
+            pipe.mget([keys.claim(self.slots[t]) for t in ids])
+            pipe.mget([keys.deliveries(self.slots[t]) for t in ids])
+            pipe.mget([keys.result(self.slots[t]) for t in ids])
+        return ids
+
+    def judge(self, ids: list[str], replies: list[Any]) -> Survey:
+        """What the replies to :meth:`ask` about ``ids`` say to do."""
+        now = time.monotonic()
         if not ids:
             return Survey([], [], {})
-        pipe = client.pipeline(transaction=False)
-        pipe.mget([keys.claim(self.slots[t]) for t in ids])
-        pipe.mget([keys.deliveries(self.slots[t]) for t in ids])
-        pipe.mget([keys.result(self.slots[t]) for t in ids])
-        claims, counts, results = pipe.execute()
+        claims, counts, results = replies
         republish: list[str] = []
         lost: list[str] = []
         poisoned: dict[str, int] = {}

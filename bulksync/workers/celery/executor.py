@@ -171,6 +171,7 @@ class CeleryStep:
         self.slots: dict[str, str] = {}
         self.messages: dict[str, list[str]] = {}  # Celery message id -> task ids
         self._probed: list[str] = []
+        self._surveyed: list[str] = []  # the tasks the pending claim look asks about
         self.deadlines: dict[str, float] = {}
         self._lock = threading.Lock()
         self._stopped = False
@@ -328,10 +329,18 @@ class CeleryStep:
         return min(self._next_deadline_wait(), self.watch.remaining())
 
     def expire(self) -> None:
-        """Deliver the tasks whose deadline passed as timed out; when the claims are due,
-        dispatch again the tasks whose worker or message was lost."""
+        """Deliver the tasks whose deadline passed as timed out."""
         self._expire()
-        self._watch_claims(self.ex.redis)
+
+    def ask_claims(self, pipe: Any) -> bool:
+        """Queue on ``pipe`` a look at the unfinished tasks' claims, if one is due (False:
+        none is)."""
+        if not self._open() or not self.watch.due():
+            return False
+        with self._lock:
+            pending = set(self.pending)
+        self._surveyed = self.watch.ask(pipe, pending)
+        return True
 
     def probe(self, pipe: Any) -> None:
         """Queue: does the step hash exist, is the inbox empty, which results are recorded."""
@@ -390,15 +399,13 @@ class CeleryStep:
 
     # -- lost workers, lost messages (claims.py) ----------------------------------------
 
-    def _watch_claims(self, r: redis.Redis) -> None:
-        """Every claim heartbeat: dispatch again the tasks whose worker or message was lost,
-        and fail the tasks that lost their worker ``max_deliveries`` times."""
-        if not self._open() or not self.watch.due():
-            return
-        with self._lock:
-            pending = set(self.pending)
-        found = self.watch.survey(r, pending)
-        self._report(found, len(pending))
+    def heard_claims(self, replies: list[Any]) -> None:
+        """Act on the replies to ``ask_claims``: dispatch again the tasks whose worker or
+        message was lost, fail those that lost their worker ``max_deliveries`` times."""
+        ids, self._surveyed = self._surveyed, []
+        found = self.watch.judge(ids, replies)
+        self._report(found, len(ids))
+        r = self.ex.redis
         for task_id, attempts in found.poisoned.items():
             error = WorkerLostError(self.tasks[task_id].name, task_id, attempts)
             log.error("step %s: %s", self.key, error)

@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import redis
@@ -55,6 +55,12 @@ class Gathered(Protocol):
 
     def expire(self) -> None:
         """Deliver the tasks whose deadline passed as timed out."""
+
+    def ask_claims(self, pipe: Any) -> bool:
+        """Queue on ``pipe`` a look at the step's task claims if one is due (else False)."""
+
+    def heard_claims(self, replies: list[Any]) -> None:
+        """Act on the replies to ``ask_claims``: publish lost tasks again, fail poison ones."""
 
     def probe(self, pipe: Any) -> None:
         """Queue on ``pipe`` the reads that tell whether a quiet step lost something."""
@@ -121,6 +127,7 @@ class Gatherer:
                 self._turn_once(steps, next_probe)
                 for step in steps:
                     step.expire()
+                self._survey_claims(steps)
                 if time.monotonic() >= next_probe:
                     self._probe(steps)
                     next_probe = time.monotonic() + self.settings.idle_wait
@@ -156,23 +163,45 @@ class Gatherer:
         if rest:
             step.receive(rest)
 
+    def _survey_claims(self, steps: list[Gathered]) -> None:
+        """Look at the claims of every step due a look, in one round trip."""
+        self._in_one_trip(steps, lambda s, pipe: s.ask_claims(pipe), lambda s, r: s.heard_claims(r))
+
     def _probe(self, steps: list[Gathered]) -> None:
         """Ask Redis, in one round trip, about every step quiet for ``idle_wait`` seconds."""
         now = time.monotonic()
         quiet = [s for s in steps if s.is_open() and now - s.last_seen >= self.settings.idle_wait]
-        if not quiet:
-            return
-        pipe = self.redis.pipeline(transaction=False)
-        sizes = []
-        for step in quiet:
-            before = len(pipe)
+
+        def ask(step: Gathered, pipe: Any) -> bool:
             step.probe(pipe)
-            sizes.append(len(pipe) - before)
-        replies = pipe.execute()
-        at = 0
-        for step, size in zip(quiet, sizes, strict=True):
-            step.settle(replies[at : at + size])
-            at += size
+            return True
+
+        self._in_one_trip(quiet, ask, lambda s, replies: s.settle(replies))
+
+    def _in_one_trip(
+        self,
+        steps: list[Gathered],
+        ask: Callable[[Gathered, Any], bool],
+        answer: Callable[[Gathered, list[Any]], None],
+    ) -> None:
+        """Queue each step's reads (``ask``: False when it has none) on one pipeline, then
+        hand each its own replies (``answer``)."""
+        pipe = self.redis.pipeline(transaction=False)
+        asked: list[tuple[Gathered, int, int]] = []
+        for step in steps:
+            before = len(pipe)
+            if ask(step, pipe):
+                asked.append((step, before, len(pipe)))
+        if not asked:
+            return
+        replies = pipe.execute() if len(pipe) else []
+        for step, start, end in asked:
+            try:
+                answer(step, replies[start:end])
+            except redis.RedisError:
+                raise
+            except Exception:  # a bug in one step's handling must not stall the others
+                log.exception("gatherer: handling the replies of %s failed", step.inbox)
 
     def _close_finished(self) -> list[Gathered]:
         """Drop the steps that owe nothing more (and their Redis keys); the others."""

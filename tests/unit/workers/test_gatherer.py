@@ -91,6 +91,12 @@ class FakeStep:
     def expire(self) -> None:
         pass
 
+    def ask_claims(self, pipe: Any) -> bool:
+        return False
+
+    def heard_claims(self, replies: list[Any]) -> None:
+        pass
+
     def probe(self, pipe: Any) -> None:
         pipe.exists(self.inbox)
 
@@ -153,3 +159,56 @@ def test_redis_errors_delay_a_step_and_never_end_the_gatherer(error: Exception) 
     gatherer(fake).add(step)
     wait_closed(step)
     assert step.received == [b"late"]
+
+
+class SurveyedStep(FakeStep):
+    """A step due a claim look every turn, asking ``reads`` reads; it records the replies."""
+
+    def __init__(self, inbox: str, reads: int, armed: threading.Event) -> None:
+        super().__init__(inbox, owed=1)
+        self.reads = reads
+        self.armed = armed
+        self.heard: list[list[Any]] = []
+
+    def ask_claims(self, pipe: Any) -> bool:
+        if not self.armed.is_set():
+            return False
+        for n in range(self.reads):
+            pipe.mget([f"{self.inbox}:{n}"])
+        return True
+
+    def heard_claims(self, replies: list[Any]) -> None:
+        self.heard.append(replies)
+        if len(self.heard) >= 2:
+            self.closed.set()
+
+
+def test_the_claims_of_every_step_due_are_asked_in_one_round_trip() -> None:
+    executes = []
+
+    class Counting(ScriptedRedis):
+        def pipeline(self, transaction: bool = False) -> FakePipe:
+            pipe = FakePipe(self)
+            real = pipe.execute
+
+            def execute() -> list[Any]:
+                reads = sum(1 for name, _ in pipe.calls if name == "mget")
+                if reads:
+                    executes.append(reads)
+                return real()
+
+            pipe.execute = execute  # type: ignore[method-assign]
+            return pipe
+
+    fake = Counting(blpops=[], lpops=[])
+    armed = threading.Event()
+    steps = [SurveyedStep(f"inbox:{n}", reads, armed) for n, reads in enumerate((3, 0, 2))]
+    g = gatherer(fake)
+    for step in steps:
+        g.add(step)
+    armed.set()  # all three are due from now on
+    for step in steps:
+        wait_closed(step)
+    # Each step got its own replies (three, none, two), all asked in one pipeline.
+    assert [[len(r) for r in s.heard[:2]] for s in steps] == [[3, 3], [0, 0], [2, 2]]
+    assert 5 in executes
