@@ -15,6 +15,10 @@ gatherer probes the steps it heard nothing from in that time: a result recorded 
 (``keys.result``) but never seen in the inbox is delivered from there (first result wins, so
 a duplicate changes nothing), and a step whose keys Redis lost is dispatched again.
 
+Task deadlines, claim surveys and dropping finished steps look at every step, so they are
+done at most every ``CHORES`` seconds rather than after each report, and take at most a
+tenth of the thread's time however many steps are in flight.
+
 Redis errors are logged and retried after ``reconnect_wait`` seconds, for as long as steps
 wait: an outage delays a step, it never fails one. The thread ends when no step is left and
 starts again with the next one.
@@ -36,6 +40,11 @@ from bulksync.retry import is_transient_redis, retry
 from bulksync.settings import Settings
 
 log = logging.getLogger(__name__)
+
+CHORES = 0.05
+"""Seconds between two looks at every step (task deadlines, claim surveys, finished steps):
+a deadline is seen at most this late — or, when so many steps are in flight that a look
+takes longer than a tenth of that, nine looks' time late."""
 
 
 class Gathered(Protocol):
@@ -83,11 +92,13 @@ class Gatherer:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._turn = 0
+        self._joined = False  # a step joined since the gatherer's list was taken
 
     def add(self, step: Gathered) -> None:
         """Gather ``step``'s inbox from now on (its keys are stored already)."""
         with self._lock:
             self._steps[step.inbox] = step
+            self._joined = True
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="bulksync-gatherer", daemon=True
@@ -115,22 +126,35 @@ class Gatherer:
 
     def _run(self) -> None:
         next_probe = time.monotonic() + self.settings.idle_wait
+        chores_due = 0.0
+        steps: list[Gathered] = []
         while True:
-            steps = self._close_finished()
-            if not steps:
-                with self._lock:
-                    if not self._steps:  # checked under the lock add() starts threads under
-                        self._thread = None
-                        return
-                continue
             try:
-                self._turn_once(steps, next_probe)
-                for step in steps:
-                    step.expire()
-                self._survey_claims(steps)
-                if time.monotonic() >= next_probe:
-                    self._probe(steps)
-                    next_probe = time.monotonic() + self.settings.idle_wait
+                now = time.monotonic()
+                if now >= chores_due:
+                    # The chores look at every step: done at most every CHORES seconds, not
+                    # after each report, so a thousand steps in flight cost no more per report.
+                    began = now
+                    steps = self._close_finished()
+                    if not steps:
+                        with self._lock:
+                            if not self._steps:  # checked under the lock add() starts threads
+                                self._thread = None
+                                return
+                        continue
+                    for step in steps:
+                        step.expire()
+                    self._survey_claims(steps)
+                    if now >= next_probe:
+                        self._probe(steps)
+                        next_probe = time.monotonic() + self.settings.idle_wait
+                    hint = min([s.wait_hint() for s in steps] + [next_probe - now])
+                    took = time.monotonic() - began
+                    # Never more than a tenth of the thread's time: reports come first.
+                    chores_due = began + took + min(max(hint, 0.0), max(CHORES, 9 * took))
+                elif self._joined:
+                    steps = self._current()
+                self._turn_once(steps, chores_due)
             except redis.RedisError as exc:
                 if not is_transient_redis(exc):
                     raise
@@ -139,10 +163,16 @@ class Gatherer:
             except Exception:  # a bug in one step's handling must not stall all the others
                 log.exception("gatherer: handling a report failed")
 
-    def _turn_once(self, steps: list[Gathered], next_probe: float) -> None:
-        """Block until some inbox has an entry (or a deadline or probe is due); handle it."""
-        wait = min([s.wait_hint() for s in steps] + [next_probe - time.monotonic()])
-        wait = max(0.01, min(wait, self.settings.idle_wait))
+    def _current(self) -> list[Gathered]:
+        """The steps gathered now (after a step joined)."""
+        with self._lock:
+            self._joined = False
+            return list(self._steps.values())
+
+    def _turn_once(self, steps: list[Gathered], until: float) -> None:
+        """Block until some inbox has an entry (or ``until``, when chores are due); handle
+        it."""
+        wait = max(0.01, min(until - time.monotonic(), self.settings.idle_wait))
         self._turn = (self._turn + 1) % len(steps)
         inboxes = [s.inbox for s in steps[self._turn :] + steps[: self._turn]]
         item: Any = self.redis.blpop([self.wake_key, *inboxes], timeout=wait)
