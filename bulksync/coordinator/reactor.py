@@ -55,8 +55,14 @@ class Reactor:
         _Driven(self, steps, done).kick()
 
     def call(self, fn: Callable[[], Any]) -> None:
-        """Run ``fn`` on a reactor thread (work that must not hold the caller's)."""
-        self._pool.submit(_logged, fn)
+        """Run ``fn`` on a reactor thread (work that must not hold the caller's); nothing
+        once the reactor is closed (its runs go to another coordinator)."""
+        if self._closed:
+            return
+        try:
+            self._pool.submit(_logged, fn)
+        except RuntimeError:  # closed meanwhile
+            log.debug("reactor %s closed: %s dropped", self._name, fn)
 
     def later(self, delay: float, fn: Callable[[], None]) -> None:
         """Run ``fn`` on a reactor thread in ``delay`` seconds."""
@@ -87,10 +93,7 @@ class Reactor:
                     self._timer_cond.wait(due)
                     continue
                 _, _, fn = heapq.heappop(self._timers)
-                try:
-                    self.call(fn)
-                except RuntimeError:  # the pool was shut down: nothing runs any more
-                    return
+                self.call(fn)
 
 
 class _Driven(Generic[T]):

@@ -163,9 +163,7 @@ class Coordinator:
         if not abandon:
             deadline = clock.deadline(timeout)
             for driver in self._active():
-                driver.done.wait(
-                    None if deadline is None else max(0.0, deadline - time.monotonic())
-                )
+                driver.done.wait(clock.left(deadline))
         # Runs still going after the timeout lose their heartbeat: others take them over.
         self._halted.set()
         self.reactor.close()

@@ -137,3 +137,12 @@ def test_serial_runs_in_order_one_at_a_time(reactor: Reactor) -> None:
         serial.submit(job(n))
     assert finished.wait(5)
     assert seen == list(range(50))
+
+
+def test_a_closed_reactor_drops_work_without_raising() -> None:
+    reactor = Reactor(1, name="test-closed")
+    reactor.close()
+    ran = threading.Event()
+    reactor.call(ran.set)  # a result reaching a run after the coordinator stopped
+    reactor.later(0, ran.set)
+    assert not ran.wait(0.2)
