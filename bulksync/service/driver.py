@@ -14,10 +14,11 @@ event. Reads (``get_state``, ``get_state_history``) need no lease.
 
 **Taking a run over.** A run whose coordinator died is claimed again by another one. Its
 input must not be applied twice: when first driven, the run records the thread's head
-checkpoint and its number of input writes (``RunStore.mark_started``). Driven again, it
-compares them with the thread now — a newer head, or input writes added on the same head,
-mean the input was applied, and the run resumes with ``None`` (LangGraph's "continue the
-thread"); otherwise it starts from its input as if for the first time. The loop then replans
+checkpoint and its number of input writes (``RunStore.mark_started``, one statement that
+reads no values). Driven again, it compares them with the thread now — a newer head, or
+input writes added on the same head, mean the input was applied, and the run resumes with
+``None`` (LangGraph's "continue the thread"); otherwise it starts from its input as if for
+the first time. The loop then replans
 the head's tasks: those with pending writes in Postgres or results in Redis are not run again.
 """
 
@@ -36,7 +37,7 @@ import redis
 
 from bulksync import logs
 from bulksync.checkpoint.base import CheckpointTuple, LeasingSaver
-from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, INTERRUPT, NULL_TASK_ID, THREAD_ID
+from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, INTERRUPT, THREAD_ID
 from bulksync.coordinator.commands import is_resume_map
 from bulksync.coordinator.executor import Executor
 from bulksync.coordinator.loop import SuperstepLoop
@@ -95,6 +96,7 @@ class RunDriver:
         self._wanted: list[str] = []
         self._tracker = _Tracker(ctx.settings.progress_interval)
         self._broken: BaseException | None = None  # the run's events could not be written
+        self._released = False  # the lease went with the final status
 
     @property
     def run_id(self) -> str:
@@ -130,16 +132,15 @@ class RunDriver:
         if token is None:
             return not self.ctx.abandoned.is_set()  # tried again later, or given up
         saver = self.ctx.saver.fenced(run.thread_id, token)
-        head = saver.get_tuple(_head_config(run.thread_id))
+        head, writes = self.ctx.store.mark_started(run.run_id, self.ctx.owner, run.thread_id)
         moved = grew = False
-        if run.start_writes is None:
-            self.ctx.store.mark_started(run.run_id, self.ctx.owner, _id(head), _input_writes(head))
-        else:
-            moved = _id(head) != run.start_checkpoint
-            grew = _input_writes(head) > run.start_writes
+        if run.start_writes is not None:  # driven before: what did it leave on the thread?
+            moved = head != run.start_checkpoint
+            grew = writes > run.start_writes
         bound = graph.with_checkpointer(saver)
         if run.kind == "update_state":
-            self._update_state(bound, payload, head if moved else None)
+            applied = saver.get_tuple(_head_config(run.thread_id)) if moved else None
+            self._update_state(bound, payload, applied)
             return False
         value = payload["input"]
         if moved or grew:
@@ -270,10 +271,13 @@ class RunDriver:
             )
         except Exception as exc:  # the run cannot be followed: stop it, its tasks too
             self._broken = exc
-            cancel_run(self.ctx.redis, self.run_id, self.ctx.settings)
             loop = self._loop
             if loop is not None:
                 loop.abandon()
+            try:
+                cancel_run(self.ctx.redis, self.run_id, self.ctx.settings)
+            except Exception:  # Redis is gone: the tasks finish, nobody gathers them
+                log.warning("run %s: could not cancel its tasks", self.run_id)
 
     def _stream_ended(self, outcome: Any, error: BaseException | None) -> None:
         """The loop ended (on a reactor thread): once its events are written, the status."""
@@ -326,7 +330,7 @@ class RunDriver:
         """The run is over here: release its lease, tell the coordinator."""
         if self.done.is_set():
             return
-        if self.lease is not None and not self.ctx.abandoned.is_set():
+        if self.lease is not None and not self._released and not self.ctx.abandoned.is_set():
             thread, token = self.lease
             try:
                 self.ctx.saver.release_lease(thread, self.ctx.owner, token)
@@ -345,9 +349,11 @@ class RunDriver:
         if error is not None:
             output = wire.dumps_error(error)
             text = error_text(error)  # with the note naming the node and task, if any
-        if not self.ctx.store.finish(
-            self.run_id, self.ctx.owner, status, output=output, error=text
-        ):
+        done = self.ctx.store.finish(
+            self.run_id, self.ctx.owner, status, output=output, error=text, lease=self.lease
+        )
+        self._released = self.lease is not None  # in the same round trip
+        if not done:
             log.warning("run %s: another coordinator owns it now; result dropped", self.run_id)
             self.lost.set()
             return
@@ -464,15 +470,6 @@ class _Tracker:
 
 def _head_config(thread_id: str) -> dict[str, Any]:
     return {"configurable": {THREAD_ID: thread_id, CHECKPOINT_NS: ""}}
-
-
-def _id(saved: CheckpointTuple | None) -> str | None:
-    return None if saved is None else saved.checkpoint.id
-
-
-def _input_writes(saved: CheckpointTuple | None) -> int:
-    """How many writes a run's input (a ``Command``) left on the checkpoint."""
-    return 0 if saved is None else sum(1 for w in saved.pending_writes if w[0] == NULL_TASK_ID)
 
 
 def _resume_input(value: Any) -> Any:

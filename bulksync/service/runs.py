@@ -60,6 +60,7 @@ from psycopg_pool import ConnectionPool
 
 from bulksync.checkpoint import pg_migrations as pgm
 from bulksync.checkpoint.postgres import RETRY_WINDOW, is_transient_postgres
+from bulksync.constants import NULL_TASK_ID
 from bulksync.errors import (
     BulkSyncError,
     ConfigError,
@@ -131,8 +132,20 @@ _STALE_SQL = f"""UPDATE bulksync_runs SET
     owner = NULL, heartbeat_at = NULL, updated_at = now()
     WHERE status = 'running' AND heartbeat_at < now() - make_interval(secs => %s)
     RETURNING {_COLUMNS}"""
-_STARTED_SQL = """UPDATE bulksync_runs SET start_checkpoint = %s, start_writes = %s
-    WHERE run_id = %s AND owner = %s AND status = 'running' AND start_writes IS NULL"""
+# The thread's latest root checkpoint and its input writes (the saver's tables, read without
+# their values), recorded on the run the first time only; the head is returned either way.
+_STARTED_SQL = """WITH head AS (
+        SELECT c.checkpoint_id, (SELECT count(*) FROM bulksync_checkpoint_writes w
+            WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = ''
+            AND w.checkpoint_id = c.checkpoint_id AND w.task_id = %(input)s)::int AS writes
+        FROM bulksync_checkpoints c WHERE c.thread_id = %(thread)s AND c.checkpoint_ns = ''
+        ORDER BY c.checkpoint_id DESC LIMIT 1),
+    marked AS (
+        UPDATE bulksync_runs SET start_checkpoint = (SELECT checkpoint_id FROM head),
+            start_writes = coalesce((SELECT writes FROM head), 0)
+        WHERE run_id = %(run)s AND owner = %(owner)s AND status = 'running'
+        AND start_writes IS NULL)
+    SELECT (SELECT checkpoint_id FROM head), coalesce((SELECT writes FROM head), 0)"""
 _FINISH_SQL = """UPDATE bulksync_runs SET status = %s, output = %s, error = %s,
     updated_at = now() WHERE run_id = %s AND owner = %s AND status = 'running'
     RETURNING run_id"""
@@ -334,14 +347,19 @@ class RunStore:
             cur = conn.cursor(row_factory=dict_row)
             return [_run(r) for r in cur.execute(_STALE_SQL, (float(stale_after),)).fetchall()]
 
-    def mark_started(self, run_id: str, owner: str, checkpoint_id: str | None, writes: int) -> None:
-        """Record the thread's head when the run is first driven (later calls change nothing)."""
+    def mark_started(self, run_id: str, owner: str, thread_id: str) -> tuple[str | None, int]:
+        """Record the head of the run's thread when the run is first driven (later calls
+        change nothing), in one statement; return the head as it is now: its checkpoint id
+        (None: no checkpoint yet) and how many input writes it holds."""
 
-        def mark(_: int) -> None:
+        def mark(_: int) -> tuple[str | None, int]:
+            args = {"input": NULL_TASK_ID, "thread": thread_id, "run": run_id, "owner": owner}
             with self.pool.connection() as conn:
-                conn.execute(_STARTED_SQL, (checkpoint_id, writes, run_id, owner))
+                row = conn.execute(_STARTED_SQL, args).fetchone()
+            assert row is not None  # a SELECT of two scalars always has its row
+            return row[0], int(row[1])
 
-        self._retry(mark, f"marking run {run_id} started")
+        return self._retry(mark, f"marking run {run_id} started")
 
     def finish(
         self,
@@ -351,14 +369,22 @@ class RunStore:
         *,
         output: bytes | None = None,
         error: str | None = None,
+        lease: tuple[str, int] | None = None,
     ) -> bool:
-        """Set a running run's final status; False when ``owner`` no longer drives it."""
+        """Set a running run's final status; False when ``owner`` no longer drives it.
+
+        ``lease``, the run's thread lease ``(thread id, token)``, is released in the same
+        round trip (if ``owner`` still holds it with that token).
+        """
         if status not in FINISHED:
             raise ConfigError(f"{status!r} is not a final status; use one of {sorted(FINISHED)}")
 
         def finish(attempt: int) -> bool:
-            with self.pool.connection() as conn:
-                row = conn.execute(_FINISH_SQL, (status, output, error, run_id, owner)).fetchone()
+            with self.pool.connection() as conn, conn.pipeline():
+                cur = conn.execute(_FINISH_SQL, (status, output, error, run_id, owner))
+                if lease is not None:
+                    conn.execute(pgm.RELEASE_SQL, (lease[0], owner, lease[1]))
+                row = cur.fetchone()
             if row is None and attempt > 1:  # did the first attempt commit, reply lost?
                 now = self._get(run_id)
                 return now is not None and now.owner == owner and now.status == status

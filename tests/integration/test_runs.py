@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import pytest
 
+from bulksync.checkpoint.postgres import PostgresSaver
+from bulksync.constants import NULL_TASK_ID, START
 from bulksync.errors import TaskCancelledError, ThreadBusyError
+from bulksync.graph import StateGraph
 from bulksync.service import events, runs
 from bulksync.service.runs import RunStore
 from bulksync.types import Command, Interrupt
@@ -17,6 +20,10 @@ from bulksync.workers import wire
 pytestmark = pytest.mark.integration
 
 GRAPHS = ["g:graph"]
+
+
+class State(TypedDict):
+    n: int
 
 
 @pytest.fixture
@@ -164,13 +171,29 @@ def test_a_stale_run_whose_cancel_was_asked_ends_cancelled(store: RunStore) -> N
     assert store.claim("heir", 10, GRAPHS) == []
 
 
-def test_mark_started_keeps_the_first_head(store: RunStore) -> None:
+def test_mark_started_keeps_the_first_head_and_tells_the_head_now(
+    store: RunStore, pg_schema: str
+) -> None:
     run_id = submit(store, "a")
     store.claim("me", 1, GRAPHS)
-    store.mark_started(run_id, "me", "ckpt-1", 0)
-    store.mark_started(run_id, "me", "ckpt-2", 3)
+    assert store.mark_started(run_id, "me", "a") == (None, 0)  # no checkpoint yet
+    with PostgresSaver.from_conn_string(pg_schema) as saver:
+        saver.setup()
+        builder = StateGraph(State)
+        builder.add_node("double", lambda s: {"n": s["n"] * 2})
+        builder.add_edge(START, "double")
+        graph = builder.compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "a"}}
+        graph.invoke({"n": 1}, config)
+        head = saver.get_tuple(config)
+        assert head is not None
+        # A Command's input writes on the head (as a run that applied its input leaves).
+        saver.put_writes(head.config, [("n", 5), ("n", 6)], NULL_TASK_ID)
+        saver.put_writes(head.config, [("n", 7)], "some-task")
+    assert store.mark_started(run_id, "me", "a") == (head.checkpoint.id, 2)
     run = store.require(run_id)
-    assert (run.start_checkpoint, run.start_writes) == ("ckpt-1", 0)
+    assert (run.start_checkpoint, run.start_writes) == (None, 0)  # the first head stays
+    assert store.mark_started(run_id, "someone-else", "a") == (head.checkpoint.id, 2)
 
 
 def test_finish_needs_a_final_status(store: RunStore) -> None:
