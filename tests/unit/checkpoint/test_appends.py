@@ -186,3 +186,26 @@ def test_postgres_follows_only_the_chain() -> None:
         every = stored(saver, "pg-chain")
         assert set(chain) < set(every)  # the first branch's last six are not read
         assert len(chain) == 11  # ten deltas down to the input's whole (empty) list
+
+
+def test_branches_of_one_chain_read_apart_in_one_read() -> None:
+    """Versions share one list as prefixes; a branch from an older version forks it."""
+    serde = MsgpackSerde()
+    rows: dict[int, bytes | None] = {
+        1: serde.dumps(["a"]),
+        2: delta(serde, 1, ["b"]),
+        3: delta(serde, 2, ["c"]),
+        4: delta(serde, 2, ["x", "y"]),  # a fork of version 2
+        5: delta(serde, 3, ["d"]),
+    }
+    chains = Chains(serde, lambda t, ns, ch, v: {k: b for k, b in rows.items() if k <= v})
+
+    def read(version: int) -> list[Any]:
+        return chains.value("t", "", "log", version, rows[version] or b"")
+
+    assert read(3) == ["a", "b", "c"]
+    assert read(4) == ["a", "b", "x", "y"]
+    assert read(5) == ["a", "b", "c", "d"]
+    assert read(2) == ["a", "b"]
+    assert read(3) == ["a", "b", "c"]
+    assert read(4) == ["a", "b", "x", "y"]
