@@ -16,10 +16,10 @@ given (``bulksync.settings``, group ``coordinator``). The loop:
    on submit) for at most ``poll_interval`` seconds — Postgres stays the truth, so a lost
    wake-up only delays a run until the next look at the table.
 
-A heartbeat thread refreshes ``heartbeat_at`` of the runs this process drives and renews
-their thread leases (whose time to live is ``stale_after``, so a lease and its run go stale
-together). A run another coordinator took over, or whose lease moved on, is marked lost:
-its commits are refused by the fence, and its result is dropped.
+A heartbeat thread announces the graphs too, refreshes ``heartbeat_at`` of the runs this
+process drives and renews their thread leases (whose time to live is ``stale_after``, so a
+lease and its run go stale together). A run another coordinator took over, or whose lease
+moved on, is marked lost: its commits are refused by the fence, and its result is dropped.
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ class Coordinator:
         self._drivers: dict[str, RunDriver] = {}
         self.reactor = Reactor(settings.drive_threads, name="bulksync-drive")
         self._lock = threading.Lock()
+        self._announcing = threading.Lock()
         self._stop = threading.Event()
         self._abandoned = threading.Event()
         self._halted = threading.Event()  # stop() returned: the heartbeat ends too
@@ -226,13 +227,18 @@ class Coordinator:
     def announce(self) -> None:
         """Tell clients this coordinator serves its graphs, for the next ``stale_after`` s.
 
-        The serve loop repeats it every heartbeat; call it after adding a graph to the
-        registry of a coordinator that is already serving, to be served at once.
+        The serve loop and the heartbeat thread repeat it every heartbeat; call it after
+        adding a graph to the registry of a coordinator that is already serving, to be
+        served at once. A stopping coordinator announces nothing more.
         """
-        events.announce(self.redis, self.registry.ids(), self.owner, self.stale_after)
+        with self._announcing:
+            if self._stop.is_set():  # stopping: it takes no more work, and has withdrawn
+                return
+            events.announce(self.redis, self.registry.ids(), self.owner, self.stale_after)
 
     def _withdraw(self) -> None:
-        events.withdraw(self.redis, self.registry.ids(), self.owner)
+        with self._announcing:  # after an announcement in flight, never before it
+            events.withdraw(self.redis, self.registry.ids(), self.owner)
 
     def _take_over(self) -> None:
         """Release stale runs of dead coordinators; finish those whose cancel was asked."""
@@ -261,6 +267,9 @@ class Coordinator:
         while not self._halted.wait(self.heartbeat):
             if self._abandoned.is_set() or (self._stop.is_set() and not self._active()):
                 return  # while stop() waits, the runs still finishing keep their claim
+            # Here too, first: a serve loop held up by a slow claim must not let the
+            # announcement lapse, or clients would be told nobody serves the graphs.
+            self._guard(self.announce)
             self._guard(self._beat_once)
 
     def _beat_once(self) -> None:
