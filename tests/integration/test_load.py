@@ -207,8 +207,9 @@ def test_hundreds_of_runs_at_once_all_finish_with_the_undisturbed_output(
                         break
             statuses = [final[i].status if i in final else "unfinished" for i in ids]
             failed = {s: statuses.count(s) for s in set(statuses) if s != runs.SUCCESS}
+            errors = {r.run_id: r.error for r in final.values() if r.status != runs.SUCCESS}
             logs = "\n".join(f"--- {p.name}\n{p.output()[-3000:]}" for p in procs)
-            assert not failed, f"runs not successful: {failed}\n{logs}"
+            assert not failed, f"runs not successful: {failed}; errors: {errors}\n{logs}"
             outputs = {ids[i]: run.output["total"] for i, run in final.items()}
             assert outputs == expected
             assert 0 < threads.most <= MAX_THREADS, f"coordinator threads: {threads.most}"
