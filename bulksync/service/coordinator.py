@@ -91,6 +91,9 @@ class Coordinator:
         self.reactor = Reactor(settings.drive_threads, name="bulksync-drive")
         self._lock = threading.Lock()
         self._announcing = threading.Lock()
+        # The serve loop's take-over and the heartbeat thread both beat: one at a time, or
+        # their updates of the same lease rows could deadlock in Postgres.
+        self._beating = threading.Lock()
         self._stop = threading.Event()
         self._abandoned = threading.Event()
         self._halted = threading.Event()  # stop() returned: the heartbeat ends too
@@ -273,10 +276,11 @@ class Coordinator:
             self._guard(self._beat_once)
 
     def _beat_once(self) -> None:
-        drivers = [d for d in self._active() if not d.done.is_set()]
-        owned = self.store.heartbeat(self.owner, [d.run_id for d in drivers])
-        leases = {d.lease[0]: d.lease[1] for d in drivers if d.lease is not None}
-        renewed = self.saver.renew_leases(self.owner, leases, self.stale_after)
+        with self._beating:
+            drivers = [d for d in self._active() if not d.done.is_set()]
+            owned = self.store.heartbeat(self.owner, [d.run_id for d in drivers])
+            leases = {d.lease[0]: d.lease[1] for d in drivers if d.lease is not None}
+            renewed = self.saver.renew_leases(self.owner, leases, self.stale_after)
         for driver in drivers:
             lease = driver.lease
             if driver.run_id not in owned or (lease is not None and lease[0] not in renewed):

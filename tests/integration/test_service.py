@@ -230,6 +230,33 @@ def test_max_runs_bounds_the_runs_driven_at_once(service: Service) -> None:
     ]
 
 
+def test_heartbeats_never_overlap(service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The serve loop and the heartbeat thread both beat; two renewals of the same lease rows
+    # at once could deadlock in Postgres, so the coordinator lets one through at a time.
+    renew = PostgresSaver.renew_leases
+    inside, most, calls = [0], [0], [0]
+
+    def slow_renew(saver: PostgresSaver, *args: Any) -> set[str]:
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        calls[0] += 1
+        time.sleep(0.05)  # long enough for the other beat to arrive meanwhile
+        inside[0] -= 1
+        return renew(saver, *args)
+
+    monkeypatch.setattr(PostgresSaver, "renew_leases", slow_renew)
+    graph_id = service.register(chain_graph(service, gate="go"))
+    service.start(heartbeat=0.05)
+    run_id = service.client.submit(graph_id, {"log": []}, thread_id="beats")
+    assert service.redis.blpop([service.key("entered")], timeout=WAIT)
+    deadline = time.monotonic() + WAIT
+    while calls[0] < 20 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    service.open_gate("go")
+    assert service.client.wait(run_id, timeout=WAIT).status == runs.SUCCESS
+    assert calls[0] >= 20 and most[0] == 1
+
+
 @pytest.mark.parametrize("option", ["max_runs", "heartbeat", "poll_interval"])
 def test_coordinator_options_must_be_positive(service: Service, option: str) -> None:
     with pytest.raises(ConfigError, match=f"BULKSYNC_{option.upper()}=0: set it to a positive"):
