@@ -334,18 +334,18 @@ class Settings:
         unit="step states",
     )
     task_threads: int = setting(
-        64,
+        256,
         group="worker",
         doc="threads of a worker process that run the sync tasks of its messages at once, once "
-        "one of them took --parallel-after (async tasks all run at once on the process's event "
-        "loop); 1 runs every message's tasks one by one",
+        "one of them took --parallel-after waiting (async tasks all run at once on the "
+        "process's event loop); 1 runs every message's tasks one by one",
         unit="threads",
     )
     parallel_after: float = setting(
         0.005,
         group="worker",
-        doc="how long a sync task of a message may take before the message's other tasks "
-        "run at once rather than one by one",
+        doc="how long a sync task of a message may take, mostly waiting, before the message's "
+        "other tasks run at once rather than one by one",
         unit="seconds",
     )
 

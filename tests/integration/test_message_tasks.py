@@ -1,6 +1,7 @@
 """The tasks of one Celery message on a real worker: async ones run at once on the worker
-process's event loop (no thread waiting for each), slow sync ones at once after the first,
-quick ones one by one; each with the graph's answer, a failing one failing the run."""
+process's event loop (no thread waiting for each), slow sync ones that wait at once after the
+first, quick ones and those that compute one by one; each with the graph's answer, a failing
+one failing the run."""
 
 from __future__ import annotations
 
@@ -108,6 +109,22 @@ def test_quick_sync_tasks_run_one_by_one(cluster: Any, worker_settings: Any) -> 
 
     def work(task: dict[str, Any]) -> dict[str, Any]:
         peak.enter()
+        peak.leave()
+        return {"out": [task["i"]]}
+
+    assert _fanout(cluster, work).invoke({"out": []}) == {"out": list(range(TASKS))}
+    assert peak.peak == 1
+
+
+def test_sync_tasks_that_compute_run_one_by_one(cluster: Any) -> None:
+    # Far above --parallel-after, but computing: threads of one process would share its GIL.
+    peak = Peak()
+
+    def work(task: dict[str, Any]) -> dict[str, Any]:
+        peak.enter()
+        until = time.thread_time() + 0.02
+        while time.thread_time() < until:
+            pass
         peak.leave()
         return {"out": [task["i"]]}
 

@@ -33,7 +33,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import redis
@@ -106,32 +106,36 @@ class ClaimKeeper:
         self._beating = False
 
     def claim(self, slot: str, run_id: str) -> int:
-        """Claim ``slot`` for this process: the delivery number (> 0), or a verdict.
+        """Claim ``slot`` for this process: the delivery number (> 0), or a verdict."""
+        return self.claim_many([slot], run_id)[0]
+
+    def claim_many(self, slots: Sequence[str], run_id: str) -> list[int]:
+        """:meth:`claim` each of ``slots`` (tasks of run ``run_id``), in one round trip.
 
         A claim held by a process of this host that no longer exists (a pool process killed
         mid-task, whose worker put the message back at once) is taken over at once rather
         than after its lease.
         """
-        verdict = self._claim(slot, run_id)
-        if verdict == HELD and self._drop_dead(slot):
-            verdict = self._claim(slot, run_id)
-        return verdict
-
-    def _claim(self, slot: str, run_id: str) -> int:
         lease_ms = max(1, int(self.settings.claim_lease * 1000))
-        verdict = self.redis.eval(
-            _CLAIM_LUA,
-            4,
-            keys.claim(slot),
-            keys.deliveries(slot),
-            keys.cancel(run_id),
-            keys.result(slot),
-            self.token,
-            lease_ms,
-            self.settings.max_deliveries,
-            self.settings.result_ttl,
-        )
-        return int(verdict)
+        pipe = self.redis.pipeline(transaction=False)
+        for slot in slots:
+            pipe.eval(
+                _CLAIM_LUA,
+                4,
+                keys.claim(slot),
+                keys.deliveries(slot),
+                keys.cancel(run_id),
+                keys.result(slot),
+                self.token,
+                lease_ms,
+                self.settings.max_deliveries,
+                self.settings.result_ttl,
+            )
+        verdicts = [int(v) for v in pipe.execute()] if slots else []
+        for i, slot in enumerate(slots):
+            if verdicts[i] == HELD and self._drop_dead(slot):
+                verdicts[i] = self.claim_many([slot], run_id)[0]
+        return verdicts
 
     def _drop_dead(self, slot: str) -> bool:
         """Drop ``slot``'s claim if a dead process of this host holds it; True if dropped."""
@@ -149,24 +153,39 @@ class ClaimKeeper:
     def held(self, slot: str) -> Iterator[Held]:
         """Keep ``slot``'s claim alive while the block runs; drop it after, unless the block
         dropped it already (``Held.released``: with the task's result, in one script)."""
+        claim = self.hold(slot)
+        try:
+            yield claim
+        finally:
+            self.unhold(claim)
+            self.release(claim)
+
+    def hold(self, slot: str) -> Held:
+        """Keep ``slot``'s claim (taken by :meth:`claim`) alive until :meth:`unhold`."""
         claim = Held(keys.claim(slot), self.token)
         with self._lock:
             self._held[claim.key] = self._held.get(claim.key, 0) + 1
             if not self._beating:
                 self._beating = True
                 threading.Thread(target=self._beat, name="bulksync-claims", daemon=True).start()
+        return claim
+
+    def unhold(self, claim: Held) -> None:
+        """Stop renewing ``claim`` (no Redis call: its lease runs on until dropped)."""
+        with self._lock:
+            left = self._held.pop(claim.key) - 1
+            if left:
+                self._held[claim.key] = left
+
+    def release(self, claim: Held) -> None:
+        """Drop ``claim`` now unless it was dropped already (and only if still this
+        process's); if Redis cannot be reached, its lease runs out on its own."""
+        if claim.released:
+            return
         try:
-            yield claim
-        finally:
-            with self._lock:
-                left = self._held.pop(claim.key) - 1
-                if left:
-                    self._held[claim.key] = left
-            if not claim.released:
-                try:
-                    self.redis.eval(_RELEASE_LUA, 1, claim.key, self.token)
-                except redis.RedisError as exc:  # the lease runs out on its own
-                    log.warning("could not release claim %s: %s", claim.key, exc)
+            self.redis.eval(_RELEASE_LUA, 1, claim.key, self.token)
+        except redis.RedisError as exc:
+            log.warning("could not release claim %s: %s", claim.key, exc)
 
     def _beat(self) -> None:
         lease_ms = max(1, int(self.settings.claim_lease * 1000))

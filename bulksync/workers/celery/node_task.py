@@ -46,35 +46,19 @@ from bulksync.workers import wire
 from bulksync.workers.celery import claims
 from bulksync.workers.celery.claims import Held
 from bulksync.workers.celery.coordinator_saver import CoordinatorSaver
+from bulksync.workers.celery.recorder import Record, Recorder
 from bulksync.workers.celery.stopper import TaskStopper
 from bulksync.workers.registry import GraphRegistry, task_name, walk_specs
 from bulksync.workers.remote import RemoteStep
 
 log = logging.getLogger(__name__)
 
+WAITING: Final = 0.25
+"""A slow sync task whose thread computed for at most this share of its time waited (a model
+or tool call): the other tasks of its message run at once."""
+
 MESSAGE_HEADER: Final = "bulksync"
 """Header marking a message as a bulksync node-task message (its value: the graph id)."""
-
-# KEYS: result key, inbox, step hash[, claim]. ARGV: result, result TTL, step TTL, keep
-# ("1"/"0")[, claim token]. Keep the first result unless told not to (an error: the same slot
-# must run again when the run is retried); report the kept one to this delivery's inbox while
-# its step lives; drop the claim if this process still holds it (atomically: no one sees the
-# claim gone and the result not reported).
-_RECORD_LUA: Final = """
-if KEYS[4] and redis.call('GET', KEYS[4]) == ARGV[5] then redis.call('DEL', KEYS[4]) end
-local kept = redis.call('GET', KEYS[1])
-if not kept then
-  kept = ARGV[1]
-  if ARGV[4] == '1' then
-    redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-  end
-end
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  redis.call('RPUSH', KEYS[2], 'r' .. kept)
-  redis.call('EXPIRE', KEYS[2], ARGV[3])
-end
-return kept == ARGV[1] and 1 or 0
-"""
 
 
 class WorkerRuntime:
@@ -87,6 +71,7 @@ class WorkerRuntime:
         self._clients: dict[int, redis.Redis] = {}
         self._states: OrderedDict[str, RemoteStep] = OrderedDict()
         self._claims: dict[int, claims.ClaimKeeper] = {}
+        self._recorders: dict[int, Recorder] = {}
         self._stoppers: dict[int, TaskStopper] = {}
         self._pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
         self._loops: dict[int, asyncio.AbstractEventLoop] = {}
@@ -138,67 +123,69 @@ class WorkerRuntime:
             r.rpush(keys.inbox(step_key), event)
 
         live = step.live(sink, CoordinatorSaver(r, step_key))
-        todo = []
+        todo, finished = [], []
         for desc, data, result in zip(descs, fields[1:], known, strict=True):
             if result is None:
                 todo.append((desc, data))
             else:
-                self.record(step_key, desc.slot, result)
+                finished.append(Record(step_key, desc.slot, result))
+        self.recorder().write(finished)
 
-        def verdict(desc: wire.TaskDescriptor) -> Any:
-            """Whether this delivery runs ``desc`` (it claimed it), or why not."""
-            claimed = self.claims().claim(desc.slot, run_id)
-            if claimed == claims.CANCELLED:
-                return _CANCELLED
-            if claimed <= 0:
-                self._unclaimed(step_key, desc, claimed)
-                return _SKIPPED
-            if timeout:  # the coordinator's clock for this task starts now
-                self._report_started(step_key, desc.id)
-            return None
+        def verdicts(descs: list[wire.TaskDescriptor]) -> list[Any]:
+            """For each of ``descs``, in one round trip: None when this delivery claimed it
+            (and runs it), else why not."""
+            found = self.claims().claim_many([d.slot for d in descs], run_id)
+            answers: list[Any] = []
+            for desc, claimed in zip(descs, found, strict=True):
+                if claimed == claims.CANCELLED:
+                    answers.append(_CANCELLED)
+                elif claimed <= 0:
+                    self._unclaimed(step_key, desc, claimed)
+                    answers.append(_SKIPPED)
+                else:
+                    answers.append(None)
+            if timeout:  # the coordinator's clock for these tasks starts now
+                started = [d.id for d, a in zip(descs, answers, strict=True) if a is None]
+                self._report_started(step_key, started)
+            return answers
 
-        def run_one(desc: wire.TaskDescriptor, data: bytes | None) -> tuple[Any, float]:
-            """Run one task under its claim; its error (or None), or a verdict not to; and
-            how long the task itself took."""
-            refused = verdict(desc)
+        def run_one(desc: wire.TaskDescriptor, data: bytes | None) -> tuple[Any, float, float]:
+            """Run one task under its claim; its error (or None), or a verdict not to; how
+            long the task itself took, and the CPU time its thread spent on it."""
+            (refused,) = verdicts([desc])
             if refused is not None:
-                return refused, 0.0
+                return refused, 0.0, 0.0
             with self.claims().held(desc.slot) as claim, self.stopper().running(step_key, run_id):
-                began = time.monotonic()
+                began, cpu = time.monotonic(), time.thread_time()
                 outcome = step.run(desc, data, live)
-                took = time.monotonic() - began
-                self.record(step_key, desc.slot, outcome.data, keep=outcome.keep, claim=claim)
-            return outcome.error or _overtime(desc, timeout, took), took
+                took, cpu = time.monotonic() - began, time.thread_time() - cpu
+                # With those of the message's other tasks that finish meanwhile.
+                rec = Record(step_key, desc.slot, outcome.data, outcome.keep, claim)
+                self.recorder().commit(rec)
+            return outcome.error or _overtime(desc, timeout, took), took, cpu
 
-        async def arun_one(desc: wire.TaskDescriptor, data: bytes | None) -> Any:
-            """``run_one`` for an async node, on this process's event loop: what blocks
-            (Redis) on a thread, the node awaited here."""
-            refused = await asyncio.to_thread(verdict, desc)
-            if refused is not None:
-                return refused
-            held = self.claims().held(desc.slot)
-            claim = held.__enter__()
+        async def arun_one(desc: wire.TaskDescriptor, data: bytes | None, claim: Held) -> Any:
+            """Run one claimed task of an async node on this process's event loop; its
+            error (or None). Its result is recorded with those of the tasks that finish
+            meanwhile, on a thread: the loop never waits on Redis."""
+            keeper = self.claims()
             try:
                 with self.stopper().running(step_key, run_id):
                     began = time.monotonic()
                     outcome = await step.arun(desc, data, live)
                     took = time.monotonic() - began
-                await asyncio.to_thread(
-                    self.record,
-                    step_key,
-                    desc.slot,
-                    outcome.data,
-                    keep=outcome.keep,
-                    claim=claim,
-                )
-            finally:  # (releasing the claim is a Redis call)
-                await asyncio.to_thread(held.__exit__, None, None, None)
+                rec = Record(step_key, desc.slot, outcome.data, outcome.keep, claim)
+                await self.recorder().record(rec)
+            finally:
+                keeper.unhold(claim)
+                if not claim.released:  # (releasing the claim is a Redis call)
+                    await asyncio.to_thread(keeper.release, claim)
             return outcome.error or _overtime(desc, timeout, took)
 
         ran = 0
         failed: list[tuple[wire.TaskDescriptor, BaseException]] = []
         if todo and spec.nodes[todo[0][0].node].is_async:
-            answers = self._run_async(todo, arun_one)
+            answers = self._run_async(todo, verdicts, arun_one)
         else:
             answers = self._run_tasks(todo, run_one)
         for (desc, _), error in answers:
@@ -215,47 +202,64 @@ class WorkerRuntime:
         """``(task, run_one's answer)`` for the sync tasks of one message, in their order.
 
         One by one while they are quick; the rest at once on the task pool as soon as one's
-        node took ``parallel_after`` (the tasks of one message are of one node: alike). The
-        pool's ``task_threads`` serve every message of the process. Tasks not started when
-        one was cancelled are not run.
+        node took ``parallel_after``, mostly waiting (the tasks of one message are of one node:
+        alike). Tasks that compute run one by one whatever they take: threads of one process
+        would only share its GIL. The pool's ``task_threads`` serve every message of the
+        process. Tasks not started when one was cancelled are not run.
         """
         done: list[tuple[Any, Any]] = []
         left = list(todo)
         threads = self.settings.task_threads
         while left:
             task = left.pop(0)
-            answer, took = run_one(*task)
+            answer, took, cpu = run_one(*task)
             if answer is _CANCELLED:
                 return done
             done.append((task, answer))
-            if threads > 1 and took >= self.settings.parallel_after:
-                break  # slow: the others run at once
+            if threads > 1 and took >= self.settings.parallel_after and cpu <= took * WAITING:
+                break  # slow, and waiting (a model or tool call): the others run at once
         if not left:
             return done
         pool = self.task_pool()
         answers = [pool.submit(run_one, *task) for task in left]
         for task, future in zip(left, answers, strict=True):
-            answer, _ = future.result()
+            answer, _, _ = future.result()
             if answer is not _CANCELLED:
                 done.append((task, answer))
         return done
 
     def _run_async(
-        self, todo: list[Any], arun_one: Callable[..., Awaitable[Any]]
+        self,
+        todo: list[Any],
+        verdicts: Callable[[list[Any]], list[Any]],
+        arun_one: Callable[..., Awaitable[Any]],
     ) -> list[tuple[Any, Any]]:
-        """``(task, arun_one's answer)`` for the async tasks of one message, in their order:
-        all at once on this process's event loop (one by one if ``task_threads`` is 1), with
-        no thread waiting for each. Tasks not started when one was cancelled are not run."""
+        """``(task, answer)`` for the async tasks of one message, in their order: claimed
+        together in one round trip, then run all at once on this process's event loop (one
+        by one if ``task_threads`` is 1), with no thread waiting for each. Tasks not started
+        when one was cancelled are not run."""
+        keeper = self.claims()
+
+        async def run(task: Any) -> Any:
+            (refused,) = await asyncio.to_thread(verdicts, [task[0]])
+            if refused is not None:
+                return refused
+            return await arun_one(*task, keeper.hold(task[0].slot))
 
         async def run_all() -> list[Any]:
             if self.settings.task_threads <= 1:
                 answers = []
                 for task in todo:
-                    answers.append(await arun_one(*task))
+                    answers.append(await run(task))
                     if answers[-1] is _CANCELLED:
                         break
                 return answers
-            return list(await asyncio.gather(*(arun_one(*task) for task in todo)))
+            answers = await asyncio.to_thread(verdicts, [desc for desc, _ in todo])
+            claimed = [i for i, answer in enumerate(answers) if answer is None]
+            ran = [arun_one(*todo[i], keeper.hold(todo[i][0].slot)) for i in claimed]
+            for i, answer in zip(claimed, await asyncio.gather(*ran), strict=True):
+                answers[i] = answer
+            return answers
 
         answers = asyncio.run_coroutine_threadsafe(run_all(), self.event_loop()).result()
         return [(t, a) for t, a in zip(todo, answers, strict=False) if a is not _CANCELLED]
@@ -305,6 +309,15 @@ class WorkerRuntime:
             self._claims = {pid: keeper}
         return keeper
 
+    def recorder(self) -> Recorder:
+        """This process's writer of task results (never shared with a parent)."""
+        pid = os.getpid()
+        recorder = self._recorders.get(pid)
+        if recorder is None:
+            recorder = Recorder(self.redis(), self.settings)
+            self._recorders = {pid: recorder}
+        return recorder
+
     def stopper(self) -> TaskStopper:
         """This process's watch for cancelled steps and runs (never shared with a parent)."""
         pid = os.getpid()
@@ -346,38 +359,17 @@ class WorkerRuntime:
         claim: Held | None = None,
     ) -> bool:
         """Report ``result`` unless the slot has one (then report that); keep it if ``keep``;
-        drop ``claim`` in the same script.
+        drop ``claim`` in the same script (``recorder.py``). True if ``result`` is the one
+        reported."""
+        (kept,) = self.recorder().write([Record(step_key, slot, result, keep, claim)])
+        return kept
 
-        An error is reported but not kept: a retry of the run must run the task again, as
-        in-process runs do. True if ``result`` is the one reported.
-        """
-        r = self.redis()
-        held = [claim.key] if claim is not None else []
-        token = [claim.token] if claim is not None else []
-        kept = self._retry(  # first result wins: recording twice reports the same one
-            lambda: r.eval(
-                _RECORD_LUA,
-                3 + len(held),
-                keys.result(slot),
-                keys.inbox(step_key),
-                keys.step(step_key),
-                *held,
-                result,
-                self.settings.result_ttl,
-                self.settings.step_ttl,
-                "1" if keep else "0",
-                *token,
-            ),
-            f"recording the result of {slot}",
-        )
-        if claim is not None:
-            claim.released = True
-        return bool(kept)
-
-    def _report_started(self, step_key: str, task_id: str) -> None:
-        """Tell the coordinator the task's clock starts now."""
-        r, entry = self.redis(), wire.STARTED + task_id.encode()
-        self._retry(lambda: r.rpush(keys.inbox(step_key), entry), "reporting a start")
+    def _report_started(self, step_key: str, task_ids: list[str]) -> None:
+        """Tell the coordinator the clocks of ``task_ids`` start now."""
+        if not task_ids:
+            return
+        r, entries = self.redis(), [wire.STARTED + t.encode() for t in task_ids]
+        self._retry(lambda: r.rpush(keys.inbox(step_key), *entries), "reporting starts")
 
     def _retry(self, call: Callable[[], Any], what: str) -> Any:
         """``call()``, retried through a Redis outage of up to ``retry_window`` seconds, so a

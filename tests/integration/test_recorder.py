@@ -1,0 +1,201 @@
+"""A worker's task results and claims on real Redis, several in one round trip: results written
+together (first result wins each slot), results of threads and of coroutines that finish
+together sharing a write, and a message's claims taken at once."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from bulksync import keys
+from bulksync.settings import Settings
+from bulksync.workers.celery import claims
+from bulksync.workers.celery.claims import ClaimKeeper
+from bulksync.workers.celery.recorder import Record, Recorder
+
+pytestmark = pytest.mark.integration
+
+
+class CountingRedis(redis.Redis):
+    """A real client that counts its round trips (a pipeline is one)."""
+
+    trips = 0
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.trips += 1
+        return super().execute_command(*args, **options)
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        self.trips += 1
+        return super().pipeline(transaction=transaction, shard_hint=shard_hint)
+
+
+class SlowRecorder(Recorder):
+    """Writes as usual, a little slowly, keeping the size of each write."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        super().__init__(client, settings)
+        self.batches: list[int] = []
+
+    def write(self, records: Sequence[Record]) -> list[bool]:
+        self.batches.append(len(records))
+        time.sleep(0.05)  # the others arrive meanwhile
+        return super().write(records)
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[CountingRedis]:
+    client = CountingRedis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def step(r: CountingRedis) -> Iterator[str]:
+    """A live step: its results are reported to its inbox."""
+    step_key = f"test-{uuid.uuid4().hex}"
+    r.hset(keys.step(step_key), "state", b"-")
+    yield step_key
+    r.delete(keys.step(step_key), keys.inbox(step_key))
+
+
+def _slots(step_key: str, n: int) -> list[str]:
+    return [f"{step_key}-slot{i}" for i in range(n)]
+
+
+def _cleanup(r: redis.Redis, slots: list[str]) -> None:
+    for slot in slots:
+        r.delete(keys.result(slot), keys.claim(slot), keys.deliveries(slot))
+
+
+def test_write_records_several_results_in_one_round_trip(
+    r: CountingRedis, step: str, settings: Settings
+) -> None:
+    keeper = ClaimKeeper(r, settings)
+    first, second, known = slots = _slots(step, 3)
+    try:
+        r.set(keys.result(known), b"earlier")  # another delivery recorded it first
+        assert keeper.claim(first, "run") == 1
+        claim = keeper.hold(first)
+        recorder = Recorder(r, settings)
+        r.trips = 0
+        kept = recorder.write(
+            [
+                Record(step, first, b"one", claim=claim),
+                Record(step, second, b"two", keep=False),
+                Record(step, known, b"late"),
+            ]
+        )
+        assert r.trips == 1
+        assert kept == [True, True, False]
+        assert claim.released and r.get(keys.claim(first)) is None
+        assert r.mget([keys.result(s) for s in slots]) == [b"one", None, b"earlier"]
+        assert r.lrange(keys.inbox(step), 0, -1) == [b"rone", b"rtwo", b"rearlier"]
+        keeper.unhold(claim)
+    finally:
+        _cleanup(r, slots)
+
+
+def test_threads_that_finish_together_share_a_write(
+    r: CountingRedis, step: str, settings: Settings
+) -> None:
+    recorder = SlowRecorder(r, settings)
+    slots = _slots(step, 8)
+    answers: list[bool] = []
+    go = threading.Barrier(len(slots))
+
+    def finish(slot: str) -> None:
+        go.wait()
+        answers.append(recorder.commit(Record(step, slot, slot.encode())))
+
+    threads = [threading.Thread(target=finish, args=(s,)) for s in slots]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert answers == [True] * len(slots)
+        assert sum(recorder.batches) == len(slots) and len(recorder.batches) < len(slots)
+        assert sorted(r.lrange(keys.inbox(step), 0, -1)) == sorted(b"r" + s.encode() for s in slots)
+    finally:
+        _cleanup(r, slots)
+
+
+def test_coroutines_that_finish_together_share_a_write(
+    r: CountingRedis, step: str, settings: Settings
+) -> None:
+    recorder = SlowRecorder(r, settings)
+    slots = _slots(step, 10)
+
+    async def finish_all() -> list[bool]:
+        async def finish(slot: str, after: float) -> bool:
+            await asyncio.sleep(after)
+            return await recorder.record(Record(step, slot, b"x"))
+
+        # Five finish at once; five more while the first write is under way.
+        return await asyncio.gather(*(finish(s, 0.02 * (i >= 5)) for i, s in enumerate(slots)))
+
+    try:
+        assert asyncio.run(finish_all()) == [True] * len(slots)
+        assert recorder.batches == [5, 5]
+        assert r.llen(keys.inbox(step)) == len(slots)
+    finally:
+        _cleanup(r, slots)
+
+
+def test_a_failed_write_fails_every_result_it_carried(settings: Settings) -> None:
+    unreachable = redis.Redis(port=1, retry=Retry(NoBackoff(), 0))  # nothing listens there
+    recorder = SlowRecorder(unreachable, dataclasses.replace(settings, retry_window=0.01))
+    errors: list[BaseException] = []
+
+    def finish() -> None:
+        try:
+            recorder.commit(Record("step", f"slot-{uuid.uuid4().hex}", b"x"))
+        except redis.ConnectionError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=finish) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 4
+
+    async def finish_two() -> list[Any]:
+        rec = Record("step", "slot", b"x")
+        return await asyncio.gather(
+            recorder.record(rec), recorder.record(rec), return_exceptions=True
+        )
+
+    assert [type(e) for e in asyncio.run(finish_two())] == [redis.ConnectionError] * 2
+
+
+def test_a_messages_claims_are_taken_in_one_round_trip(
+    r: CountingRedis, step: str, settings: Settings
+) -> None:
+    keeper = ClaimKeeper(r, settings)
+    fresh, held, known = slots = _slots(step, 3)
+    run_id = f"run-{uuid.uuid4().hex}"
+    try:
+        r.set(keys.claim(held), b"a live worker elsewhere:1:x")
+        r.set(keys.result(known), b"done")
+        r.trips = 0
+        assert keeper.claim_many(slots, run_id) == [1, claims.HELD, claims.KNOWN]
+        # The held one: one more look at its holder, which lives on another host.
+        assert r.trips == 2
+        assert r.get(keys.claim(fresh)) == keeper.token.encode()
+        r.set(keys.cancel(run_id), b"1")
+        assert keeper.claim_many(_slots(step + "x", 2), run_id) == [claims.CANCELLED] * 2
+    finally:
+        r.delete(keys.cancel(run_id))
+        _cleanup(r, slots)
