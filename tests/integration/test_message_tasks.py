@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import operator
+import os
 import threading
 import time
 import uuid
@@ -19,6 +20,7 @@ import pytest
 from bulksync.graph import START, StateGraph
 from bulksync.types import Send
 from bulksync.workers.celery.executor import CeleryExecutor
+from tests.integration.test_recorder import CountingRedis
 
 pytestmark = pytest.mark.integration
 
@@ -116,6 +118,30 @@ def test_quick_sync_tasks_run_one_by_one(cluster: Any, worker_settings: Any) -> 
     assert peak.peak == 1
 
 
+def test_quick_tasks_record_each_result_with_the_next_claim(
+    cluster: Any, worker_settings: Any, redis_url: str
+) -> None:
+    # No claim heartbeat during the run: every round trip counted is the message's own.
+    worker_settings(parallel_after=60.0, claim_heartbeat=60.0, claim_lease=600.0)
+    runtime, pid = cluster.runtime, os.getpid()
+    counting = CountingRedis.from_url(redis_url)
+    kept = runtime._clients, runtime._claims, runtime._recorders
+    runtime._clients, runtime._claims, runtime._recorders = {pid: counting}, {}, {}
+    try:
+
+        def work(task: dict[str, Any]) -> dict[str, Any]:
+            return {"out": [task["i"]]}
+
+        assert _fanout(cluster, work).invoke({"out": []}) == {"out": list(range(TASKS))}
+    finally:
+        runtime._clients, runtime._claims, runtime._recorders = kept
+        counting.close()
+    # The input's step: one task (read, claim, record). The fan-out: reading the step and
+    # the message's tasks, a claim per task (each with the result of the one before), the
+    # last result; not a claim and a record per task.
+    assert counting.trips == 3 + 2 + TASKS + 1
+
+
 def test_sync_tasks_that_compute_run_one_by_one(cluster: Any) -> None:
     # Far above --parallel-after, but computing: threads of one process would share its GIL.
     peak = Peak()
@@ -170,14 +196,16 @@ def test_recording_a_result_drops_its_claim_in_the_same_script(
     r.hset(keys.step(step_key), "state", b"-")  # the step lives: the result is reported
     try:
         assert keeper.claim(slot, "run") == 1
-        with keeper.held(slot) as claim:
-            assert r.get(keys.claim(slot)) == keeper.token.encode()
-            assert runtime.record(step_key, slot, b"done", claim=claim)
-            assert claim.released
-            assert r.get(keys.claim(slot)) is None
-            assert r.lrange(keys.inbox(step_key), 0, -1) == [b"rdone"]
-            r.set(keys.claim(slot), b"another worker")  # a later delivery claimed it
-        assert r.get(keys.claim(slot)) == b"another worker"  # the block's end left it
+        claim = keeper.hold(slot)
+        assert r.get(keys.claim(slot)) == keeper.token.encode()
+        assert runtime.record(step_key, slot, b"done", claim=claim)
+        assert claim.released
+        assert r.get(keys.claim(slot)) is None
+        assert r.lrange(keys.inbox(step_key), 0, -1) == [b"rdone"]
+        r.set(keys.claim(slot), b"another worker")  # a later delivery claimed it
+        keeper.unhold(claim)
+        keeper.release(claim)
+        assert r.get(keys.claim(slot)) == b"another worker"  # letting go left it
         assert r.get(keys.result(slot)) == b"done"
     finally:
         r.delete(keys.step(step_key), keys.inbox(step_key), keys.claim(slot), keys.result(slot))

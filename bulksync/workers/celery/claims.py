@@ -26,14 +26,13 @@ its unfinished tasks every claim heartbeat (``Settings.claim_interval``):
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import redis
@@ -110,14 +109,14 @@ class ClaimKeeper:
         return self.claim_many([slot], run_id)[0]
 
     def claim_many(self, slots: Sequence[str], run_id: str) -> list[int]:
-        """:meth:`claim` each of ``slots`` (tasks of run ``run_id``), in one round trip.
-
-        A claim held by a process of this host that no longer exists (a pool process killed
-        mid-task, whose worker put the message back at once) is taken over at once rather
-        than after its lease.
-        """
-        lease_ms = max(1, int(self.settings.claim_lease * 1000))
+        """:meth:`claim` each of ``slots`` (tasks of run ``run_id``), in one round trip."""
         pipe = self.redis.pipeline(transaction=False)
+        self.ask(pipe, slots, run_id)
+        return self.verdicts(slots, run_id, pipe.execute() if slots else [])
+
+    def ask(self, pipe: Any, slots: Sequence[str], run_id: str) -> None:
+        """Queue on ``pipe`` the claims of ``slots`` (one reply each, for :meth:`verdicts`)."""
+        lease_ms = max(1, int(self.settings.claim_lease * 1000))
         for slot in slots:
             pipe.eval(
                 _CLAIM_LUA,
@@ -131,11 +130,19 @@ class ClaimKeeper:
                 self.settings.max_deliveries,
                 self.settings.result_ttl,
             )
-        verdicts = [int(v) for v in pipe.execute()] if slots else []
+
+    def verdicts(self, slots: Sequence[str], run_id: str, replies: Sequence[Any]) -> list[int]:
+        """What the replies to :meth:`ask` about ``slots`` say, as :meth:`claim` does.
+
+        A claim held by a process of this host that no longer exists (a pool process killed
+        mid-task, whose worker put the message back at once) is taken over at once rather
+        than after its lease.
+        """
+        found = [int(v) for v in replies]
         for i, slot in enumerate(slots):
-            if verdicts[i] == HELD and self._drop_dead(slot):
-                verdicts[i] = self.claim_many([slot], run_id)[0]
-        return verdicts
+            if found[i] == HELD and self._drop_dead(slot):
+                found[i] = self.claim_many([slot], run_id)[0]
+        return found
 
     def _drop_dead(self, slot: str) -> bool:
         """Drop ``slot``'s claim if a dead process of this host holds it; True if dropped."""
@@ -148,17 +155,6 @@ class ClaimKeeper:
         if host != os.uname().nodename or not pid.isdigit() or _alive(int(pid)):
             return False
         return bool(self.redis.eval(_RELEASE_LUA, 1, key, holder))
-
-    @contextlib.contextmanager
-    def held(self, slot: str) -> Iterator[Held]:
-        """Keep ``slot``'s claim alive while the block runs; drop it after, unless the block
-        dropped it already (``Held.released``: with the task's result, in one script)."""
-        claim = self.hold(slot)
-        try:
-            yield claim
-        finally:
-            self.unhold(claim)
-            self.release(claim)
 
     def hold(self, slot: str) -> Held:
         """Keep ``slot``'s claim (taken by :meth:`claim`) alive until :meth:`unhold`."""

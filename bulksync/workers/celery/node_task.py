@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import threading
@@ -131,10 +132,24 @@ class WorkerRuntime:
                 finished.append(Record(step_key, desc.slot, result))
         self.recorder().write(finished)
 
-        def verdicts(descs: list[wire.TaskDescriptor]) -> list[Any]:
+        def verdicts(descs: list[wire.TaskDescriptor], after: Sequence[Record] = ()) -> list[Any]:
             """For each of ``descs``, in one round trip: None when this delivery claimed it
-            (and runs it), else why not."""
-            found = self.claims().claim_many([d.slot for d in descs], run_id)
+            (and runs it), else why not. The results ``after`` (of the tasks just run) are
+            recorded first in the same round trip."""
+            keeper, slots = self.claims(), [d.slot for d in descs]
+            if after:
+                pipe = r.pipeline(transaction=False)
+                self.recorder().queue(pipe, after)
+                keeper.ask(pipe, slots, run_id)
+                try:
+                    replies = pipe.execute()
+                except redis.RedisError:
+                    self.recorder().write(after)  # through an outage; the claims fail
+                    raise
+                self.recorder().written(after, replies[: len(after)])
+                found = keeper.verdicts(slots, run_id, replies[len(after) :])
+            else:
+                found = keeper.claim_many(slots, run_id)
             answers: list[Any] = []
             for desc, claimed in zip(descs, found, strict=True):
                 if claimed == claims.CANCELLED:
@@ -149,20 +164,21 @@ class WorkerRuntime:
                 self._report_started(step_key, started)
             return answers
 
-        def run_one(desc: wire.TaskDescriptor, data: bytes | None) -> tuple[Any, float, float]:
-            """Run one task under its claim; its error (or None), or a verdict not to; how
-            long the task itself took, and the CPU time its thread spent on it."""
-            (refused,) = verdicts([desc])
-            if refused is not None:
-                return refused, 0.0, 0.0
-            with self.claims().held(desc.slot) as claim, self.stopper().running(step_key, run_id):
-                began, cpu = time.monotonic(), time.thread_time()
-                outcome = step.run(desc, data, live)
-                took, cpu = time.monotonic() - began, time.thread_time() - cpu
-                # With those of the message's other tasks that finish meanwhile.
-                rec = Record(step_key, desc.slot, outcome.data, outcome.keep, claim)
-                self.recorder().commit(rec)
-            return outcome.error or _overtime(desc, timeout, took), took, cpu
+        def run_claimed(desc: wire.TaskDescriptor, data: bytes | None) -> Ran:
+            """Run a task this delivery claimed, keeping its claim alive meanwhile."""
+            keeper = self.claims()
+            claim = keeper.hold(desc.slot)
+            try:
+                with self.stopper().running(step_key, run_id):
+                    began, cpu = time.monotonic(), time.thread_time()
+                    outcome = step.run(desc, data, live)
+                    took, cpu = time.monotonic() - began, time.thread_time() - cpu
+            except BaseException:
+                keeper.unhold(claim)
+                keeper.release(claim)
+                raise
+            rec = Record(step_key, desc.slot, outcome.data, outcome.keep, claim)
+            return Ran(outcome.error or _overtime(desc, timeout, took), took, cpu, rec)
 
         async def arun_one(desc: wire.TaskDescriptor, data: bytes | None, claim: Held) -> Any:
             """Run one claimed task of an async node on this process's event loop; its
@@ -187,7 +203,7 @@ class WorkerRuntime:
         if todo and spec.nodes[todo[0][0].node].is_async:
             answers = self._run_async(todo, verdicts, arun_one)
         else:
-            answers = self._run_tasks(todo, run_one)
+            answers = self._run_tasks(todo, verdicts, run_claimed)
         for (desc, _), error in answers:
             if error is _SKIPPED:
                 continue
@@ -198,35 +214,80 @@ class WorkerRuntime:
             raise _failure(run_id, _thread_of(step), len(descs), failed) from failed[0][1]
         return ran
 
-    def _run_tasks(self, todo: list[Any], run_one: Callable[..., Any]) -> list[tuple[Any, Any]]:
-        """``(task, run_one's answer)`` for the sync tasks of one message, in their order.
+    def _run_tasks(
+        self,
+        todo: list[Any],
+        verdicts: Callable[..., list[Any]],
+        run_claimed: Callable[..., Ran],
+    ) -> list[tuple[Any, Any]]:
+        """``(task, answer)`` for the sync tasks of one message, in their order.
 
-        One by one while they are quick; the rest at once on the task pool as soon as one's
-        node took ``parallel_after``, mostly waiting (the tasks of one message are of one node:
-        alike). Tasks that compute run one by one whatever they take: threads of one process
-        would only share its GIL. The pool's ``task_threads`` serve every message of the
-        process. Tasks not started when one was cancelled are not run.
+        One by one while they are quick, each task's result recorded in the round trip that
+        claims the next; the rest at once on the task pool as soon as one's node took
+        ``parallel_after``, mostly waiting (the tasks of one message are of one node: alike).
+        Tasks that compute run one by one whatever they take: threads of one process would
+        only share its GIL. The pool's ``task_threads`` serve every message of the process.
+        Tasks not started when one was cancelled are not run.
         """
         done: list[tuple[Any, Any]] = []
-        left = list(todo)
-        threads = self.settings.task_threads
-        while left:
-            task = left.pop(0)
-            answer, took, cpu = run_one(*task)
-            if answer is _CANCELLED:
-                return done
-            done.append((task, answer))
-            if threads > 1 and took >= self.settings.parallel_after and cpu <= took * WAITING:
-                break  # slow, and waiting (a model or tool call): the others run at once
-        if not left:
+        rest: list[Any] = []
+        finished: list[Record] = []  # the last task's result: recorded with the next claim
+        try:
+            for i, task in enumerate(todo):
+                recorded, finished = finished, []
+                try:
+                    (refused,) = verdicts([task[0]], recorded)
+                finally:
+                    self._let_go(recorded)
+                if refused is _CANCELLED:
+                    return done
+                if refused is not None:
+                    done.append((task, refused))
+                    continue
+                ran = run_claimed(*task)
+                done.append((task, ran.answer))
+                finished = [ran.record]
+                if self._waits(ran):  # a model or tool call: the others run at once
+                    rest = todo[i + 1 :]
+                    break
+        finally:
+            if finished:
+                self.recorder().write(finished)
+                self._let_go(finished)
+        if not rest:
             return done
+
+        def run_one(task: Any) -> Any:
+            (refused,) = verdicts([task[0]])
+            if refused is not None:
+                return refused
+            ran = run_claimed(*task)
+            try:  # with those of the message's other tasks that finish meanwhile
+                self.recorder().commit(ran.record)
+            finally:
+                self._let_go([ran.record])
+            return ran.answer
+
         pool = self.task_pool()
-        answers = [pool.submit(run_one, *task) for task in left]
-        for task, future in zip(left, answers, strict=True):
-            answer, _, _ = future.result()
+        answers = [pool.submit(run_one, task) for task in rest]
+        for task, future in zip(rest, answers, strict=True):
+            answer = future.result()
             if answer is not _CANCELLED:
                 done.append((task, answer))
         return done
+
+    def _waits(self, ran: Ran) -> bool:
+        """Whether a sync task was slow while its thread mostly waited."""
+        slow = ran.took >= self.settings.parallel_after
+        return self.settings.task_threads > 1 and slow and ran.cpu <= ran.took * WAITING
+
+    def _let_go(self, records: Sequence[Record]) -> None:
+        """Stop renewing the claims of recorded results (the record dropped them)."""
+        keeper = self.claims()
+        for rec in records:
+            if rec.claim is not None:
+                keeper.unhold(rec.claim)
+                keeper.release(rec.claim)
 
     def _run_async(
         self,
@@ -469,6 +530,17 @@ def _failure(
         f"node '{desc.node}' failed: {type(error).__name__}: {error} "
         f"[run={run_id or '-'} thread={thread} step={desc.step} task={desc.id}]{more}"
     )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ran:
+    """A sync task run under its claim: its error (or None); how long it took and the CPU
+    time its thread spent on it; its result, to record (which drops the claim)."""
+
+    answer: BaseException | None
+    took: float
+    cpu: float
+    record: Record
 
 
 _CANCELLED: Final = object()

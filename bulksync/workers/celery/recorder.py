@@ -83,32 +83,43 @@ class Recorder:
 
         def send() -> list[Any]:
             pipe = self.redis.pipeline(transaction=False)
-            for rec in records:
-                held = [rec.claim.key] if rec.claim is not None else []
-                token = [rec.claim.token] if rec.claim is not None else []
-                pipe.eval(
-                    _RECORD_LUA,
-                    3 + len(held),
-                    keys.result(rec.slot),
-                    keys.inbox(rec.step_key),
-                    keys.step(rec.step_key),
-                    *held,
-                    rec.data,
-                    self.settings.result_ttl,
-                    self.settings.step_ttl,
-                    "1" if rec.keep else "0",
-                    *token,
-                )
+            self.queue(pipe, records)
             return pipe.execute()
 
         what = f"recording {len(records)} result(s), the first of {records[0].slot}"
         kept = retry(
             send, transient=is_transient_redis, window=self.settings.retry_window, what=what
         )
+        return self.written(records, kept)
+
+    def queue(self, pipe: Any, records: Sequence[Record]) -> None:
+        """Queue on ``pipe`` the scripts recording ``records`` (one reply each, for
+        :meth:`written`): to write them in a round trip that does more."""
+        for rec in records:
+            held = [rec.claim.key] if rec.claim is not None else []
+            token = [rec.claim.token] if rec.claim is not None else []
+            pipe.eval(
+                _RECORD_LUA,
+                3 + len(held),
+                keys.result(rec.slot),
+                keys.inbox(rec.step_key),
+                keys.step(rec.step_key),
+                *held,
+                rec.data,
+                self.settings.result_ttl,
+                self.settings.step_ttl,
+                "1" if rec.keep else "0",
+                *token,
+            )
+
+    @staticmethod
+    def written(records: Sequence[Record], replies: Sequence[Any]) -> list[bool]:
+        """What :meth:`write` answers, from the replies to :meth:`queue`: their claims are
+        dropped."""
         for rec in records:
             if rec.claim is not None:
                 rec.claim.released = True
-        return [bool(k) for k in kept]
+        return [bool(k) for k in replies]
 
     def commit(self, rec: Record) -> bool:
         """:meth:`write` ``rec`` from a thread, together with the results other threads
