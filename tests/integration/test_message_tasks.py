@@ -211,3 +211,31 @@ def test_recording_a_result_drops_its_claim_in_the_same_script(
         r.delete(keys.step(step_key), keys.inbox(step_key), keys.claim(slot), keys.result(slot))
         r.delete(keys.deliveries(slot))
         r.connection_pool.disconnect()
+
+
+def test_every_thread_of_a_worker_process_can_call_redis_at_once(
+    settings: Any, redis_url: str
+) -> None:
+    from bulksync.workers.celery.node_task import WorkerRuntime
+    from bulksync.workers.registry import GraphRegistry
+
+    threads = 150  # task threads, each waiting on Redis (more than a default pool holds)
+    changed = dataclasses.replace(settings, redis_url=redis_url, task_threads=threads)
+    r = WorkerRuntime(GraphRegistry(), changed).redis()
+    key, errors = f"test-{uuid.uuid4().hex}", []
+    start = threading.Barrier(threads)
+
+    def wait() -> None:
+        start.wait()
+        try:
+            r.blpop([key], timeout=0.3)  # holds its connection meanwhile
+        except Exception as exc:
+            errors.append(exc)
+
+    waiting = [threading.Thread(target=wait) for _ in range(threads)]
+    for t in waiting:
+        t.start()
+    for t in waiting:
+        t.join()
+    r.close()
+    assert errors == []

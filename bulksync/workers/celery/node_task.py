@@ -41,7 +41,7 @@ from bulksync.errors import (
     UnknownGraphError,
     WorkerLostError,
 )
-from bulksync.retry import is_transient_redis, retry
+from bulksync.retry import is_transient_redis, redis_client, retry
 from bulksync.settings import Settings
 from bulksync.workers import wire
 from bulksync.workers.celery import claims
@@ -53,6 +53,9 @@ from bulksync.workers.registry import GraphRegistry, task_name, walk_specs
 from bulksync.workers.remote import RemoteStep
 
 log = logging.getLogger(__name__)
+
+IO_THREADS: Final = 32
+"""Threads of a worker process's event loop for the Redis calls around its async tasks."""
 
 WAITING: Final = 0.25
 """A slow sync task whose thread computed for at most this share of its time waited (a model
@@ -79,11 +82,17 @@ class WorkerRuntime:
         self._lock = threading.Lock()
 
     def redis(self) -> redis.Redis:
-        """This process's Redis client (a pool forked from a parent is never reused)."""
+        """This process's Redis client (a pool forked from a parent is never reused).
+
+        Its pool has a connection for each thread that may call Redis at once: the worker
+        pool's, the task threads, the event loop's I/O threads, the heartbeats (they open
+        only when used); a call finding none free waits for one rather than failing.
+        """
         pid = os.getpid()
         client = self._clients.get(pid)
         if client is None:
-            client = redis.Redis.from_url(self.redis_url)
+            pool = (self.settings.concurrency or os.cpu_count() or 1) + self.settings.task_threads
+            client = redis_client(self.redis_url, pool + IO_THREADS + 4)
             self._clients = {pid: client}
         return client
 
@@ -351,7 +360,9 @@ class WorkerRuntime:
                     loop = asyncio.new_event_loop()
                     # Its threads do the Redis calls around each async task.
                     loop.set_default_executor(
-                        concurrent.futures.ThreadPoolExecutor(32, thread_name_prefix="bulksync-io")
+                        concurrent.futures.ThreadPoolExecutor(
+                            IO_THREADS, thread_name_prefix="bulksync-io"
+                        )
                     )
                     started = threading.Event()
                     loop.call_soon(started.set)
