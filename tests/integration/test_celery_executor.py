@@ -13,6 +13,7 @@ message the coordinator publishes (body, headers, routing key) just before kombu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import operator
 import queue
 import threading
@@ -245,6 +246,10 @@ def test_messages_stay_small_for_a_very_wide_fan_out(cluster: Any, published: Pu
 # -- Flower: per-node task names, compact descriptions -----------------------------------
 
 
+class Done(TypedDict):
+    done: Annotated[list[int], operator.add]
+
+
 def test_tasks_are_named_per_node_and_describe_ids_never_state(
     cluster: Any, published: Published
 ) -> None:
@@ -276,6 +281,44 @@ def test_tasks_are_named_per_node_and_describe_ids_never_state(
         assert secret not in described and secret not in repr(m.args)
         assert m.headers["kwargsrepr"] == "{}"
     assert cluster.app.conf.task_send_sent_event and cluster.app.conf.worker_send_task_events
+
+
+def test_every_message_of_a_step_has_its_task_sent_event(
+    cluster: Any, published: Published
+) -> None:
+    # Flower shows a task as sent from its task-sent event; a step's go out in one message.
+    sent: dict[str, dict[str, Any]] = {}
+    receiving = threading.Event()
+
+    def capture() -> None:
+        with cluster.app.connection() as conn:
+            receiver = cluster.app.events.Receiver(
+                conn, handlers={"task-sent": lambda e: sent.setdefault(e["uuid"], e)}
+            )
+            receiving.set()
+            for _ in receiver.consume(limit=None, timeout=RELEASE_WAIT, wakeup=False):
+                if len(sent) >= len(published.messages) > 1:
+                    return
+
+    b = StateGraph(Done)
+    b.add_node("work", lambda item: {"done": [item["i"]]})
+    b.add_conditional_edges(START, lambda s: [Send("work", {"i": i}) for i in range(20)])
+    fan = b.compile()
+    published.prefix = f"{cluster.register(fan)}."
+    four = dataclasses.replace(cluster.settings, target_messages=4)
+    graph = fan.with_executor(CeleryExecutor(four, published.prefix[:-1], fan, app=cluster.app))
+    listener = threading.Thread(target=capture, daemon=True)
+    listener.start()
+    assert receiving.wait(RELEASE_WAIT)
+    time.sleep(0.5)  # the receiver's queue is bound once it consumes
+    assert sorted(graph.invoke({"done": []})["done"]) == list(range(20))
+    listener.join(RELEASE_WAIT)
+    work = [m for m in published.messages if m.name.endswith(".work")]
+    assert len(work) > 1
+    for m in published.messages:
+        event = sent[m.id]
+        assert event["name"] == m.name and event["queue"] == cluster.settings.queue
+        assert event["args"] == m.headers["argsrepr"]
 
 
 # -- per-node queues -------------------------------------------------------------------

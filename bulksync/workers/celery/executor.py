@@ -61,6 +61,7 @@ from bulksync.workers.celery.coordinator_saver import serve
 from bulksync.workers.celery.gatherer import Gatherer
 from bulksync.workers.celery.node_task import MESSAGE_HEADER
 from bulksync.workers.celery.progress import progress_chunk, waiting_queues, warn_waiting
+from bulksync.workers.celery.sent_events import EventBatcher, SentEvents
 from bulksync.workers.execute import run_task
 from bulksync.workers.registry import task_name, walk_specs
 
@@ -103,6 +104,7 @@ class CeleryExecutor:
         # busy waits. The gatherer holds one connection, whatever the number of steps.
         self.redis = redis_client(settings.redis_url, settings.redis_connections)
         self.gatherer = Gatherer(self.redis, settings)
+        self.sent_events = EventBatcher(self.app)
         self._paths = {id(spec): path for path, spec in walk_specs(graph)}
 
     def submit(
@@ -290,6 +292,7 @@ class CeleryStep:
 
     def _publish(self, path: tuple[str, ...], batches: list[tuple[str, str, list[Task]]]) -> None:
         thread = (self.step.config.get("configurable") or {}).get("thread_id", "")
+        sent = SentEvents()  # published together once the messages are out
         with self.ex.app.producer_or_acquire() as producer:
             for node, message_id, chunk in batches:
                 timeout = self.ex.default_timeout
@@ -310,7 +313,9 @@ class CeleryStep:
                     argsrepr=_describe(self.run_id, thread, chunk),
                     kwargsrepr="{}",
                     time_limit=(timeout * len(chunk) + 10) if timeout else None,
+                    event_dispatcher=sent,
                 )
+        self.ex.sent_events.publish(sent)
 
     # -- gather (called by the executor's gatherer) -----------------------------------------
 
