@@ -55,6 +55,7 @@ GRAPH_MODULE = '''
 
 import operator
 import os
+import threading
 from typing import Annotated, Any, TypedDict
 
 import redis
@@ -63,6 +64,7 @@ from bulksync.graph import END, START, StateGraph
 from bulksync.types import Send
 
 _clients: dict[int, redis.Redis] = {}
+_lock = threading.Lock()
 
 
 class State(TypedDict, total=False):
@@ -75,9 +77,11 @@ def count(*parts: object) -> None:
     prefix = os.environ.get("BULKSYNC_TEST_LOAD")
     if prefix:
         pid = os.getpid()
-        if pid not in _clients:
-            _clients[pid] = redis.Redis.from_url(os.environ["BULKSYNC_REDIS_URL"])
-        pipe = _clients[pid].pipeline(transaction=False)
+        with _lock:  # a client two threads made at once would be closed under one of them
+            client = _clients.get(pid)
+            if client is None:
+                client = _clients[pid] = redis.Redis.from_url(os.environ["BULKSYNC_REDIS_URL"])
+        pipe = client.pipeline(transaction=False)
         name = ":".join([prefix, *map(str, parts)])
         pipe.incr(name)
         pipe.expire(name, 3600)
