@@ -4,28 +4,23 @@ One Celery message carries one or more tasks of one node (small Send tasks are b
 as ``[graph id, subgraph path, step key, run id, timeout, [task descriptor, …]]``. For each task the
 worker reads the step's shared input (once per step per process: it is cached) and the
 task's input from the step hash, runs it with ``remote.RemoteStep`` (bytes in, bytes out:
-the part any transport shares), and records the result with one atomic script: the first
-result for a task id is kept, and whichever delivery arrives reports *that* result to the
-step's inbox. A task that already has a result is not run again, and a task runs only under
-its claim (``claims.py``): a second delivery of a task a live worker runs leaves it be.
-
-The tasks of one message run at once when they wait (model and tool calls): async ones all
-together on the process's event loop, no thread waiting for any of them (``_run_async``); sync
-ones on its task threads once the first of them turned out slow, quick ones one by one, which
-is cheapest (``_run_tasks``).
+the part any transport shares), and records the result with one atomic script
+(``recorder.py``): the first result for a task id is kept, and whichever delivery arrives
+reports *that* result to the step's inbox. A task that already has a result is not run again,
+and a task runs only under its claim (``claims.py``): a second delivery of a task a live
+worker runs leaves it be. How the tasks of one message run — together when they wait — is
+``delivery.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import logging
 import os
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import redis
@@ -37,9 +32,7 @@ from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import (
     NodeFailedError,
     TaskCancelledError,
-    TaskTimeoutError,
     UnknownGraphError,
-    WorkerLostError,
 )
 from bulksync.retry import is_transient_redis, redis_client, retry
 from bulksync.settings import Settings
@@ -47,6 +40,7 @@ from bulksync.workers import wire
 from bulksync.workers.celery import claims
 from bulksync.workers.celery.claims import Held
 from bulksync.workers.celery.coordinator_saver import CoordinatorSaver
+from bulksync.workers.celery.delivery import SKIPPED, Delivery
 from bulksync.workers.celery.recorder import Record, Recorder
 from bulksync.workers.celery.stopper import TaskStopper
 from bulksync.workers.registry import GraphRegistry, task_name, walk_specs
@@ -56,10 +50,6 @@ log = logging.getLogger(__name__)
 
 IO_THREADS: Final = 32
 """Threads of a worker process's event loop for the Redis calls around its async tasks."""
-
-WAITING: Final = 0.25
-"""A slow sync task whose thread computed for at most this share of its time waited (a model
-or tool call): the other tasks of its message run at once."""
 
 MESSAGE_HEADER: Final = "bulksync"
 """Header marking a message as a bulksync node-task message (its value: the graph id)."""
@@ -123,7 +113,7 @@ class WorkerRuntime:
             pipe.mget([keys.result(d.slot) for d in descs])
             return pipe.execute()
 
-        cancelled, fields, known = self._retry(read, f"reading step {step_key}")
+        cancelled, fields, known = self.retry(read, f"reading step {step_key}")
         if cancelled or fields[0] is None:
             return 0  # the run was cancelled, or the step is over: nobody waits for results
         step = self._state(step_key, spec, fields[0])
@@ -140,81 +130,13 @@ class WorkerRuntime:
             else:
                 finished.append(Record(step_key, desc.slot, result))
         self.recorder().write(finished)
-
-        def verdicts(descs: list[wire.TaskDescriptor], after: Sequence[Record] = ()) -> list[Any]:
-            """For each of ``descs``, in one round trip: None when this delivery claimed it
-            (and runs it), else why not. The results ``after`` (of the tasks just run) are
-            recorded first in the same round trip."""
-            keeper, slots = self.claims(), [d.slot for d in descs]
-            if after:
-                pipe = r.pipeline(transaction=False)
-                self.recorder().queue(pipe, after)
-                keeper.ask(pipe, slots, run_id)
-                try:
-                    replies = pipe.execute()
-                except redis.RedisError:
-                    self.recorder().write(after)  # through an outage; the claims fail
-                    raise
-                self.recorder().written(after, replies[: len(after)])
-                found = keeper.verdicts(slots, run_id, replies[len(after) :])
-            else:
-                found = keeper.claim_many(slots, run_id)
-            answers: list[Any] = []
-            for desc, claimed in zip(descs, found, strict=True):
-                if claimed == claims.CANCELLED:
-                    answers.append(_CANCELLED)
-                elif claimed <= 0:
-                    self._unclaimed(step_key, desc, claimed)
-                    answers.append(_SKIPPED)
-                else:
-                    answers.append(None)
-            if timeout:  # the coordinator's clock for these tasks starts now
-                started = [d.id for d, a in zip(descs, answers, strict=True) if a is None]
-                self._report_started(step_key, started)
-            return answers
-
-        def run_claimed(desc: wire.TaskDescriptor, data: bytes | None) -> Ran:
-            """Run a task this delivery claimed, keeping its claim alive meanwhile."""
-            keeper = self.claims()
-            claim = keeper.hold(desc.slot)
-            try:
-                with self.stopper().running(step_key, run_id):
-                    began, cpu = time.monotonic(), time.thread_time()
-                    outcome = step.run(desc, data, live)
-                    took, cpu = time.monotonic() - began, time.thread_time() - cpu
-            except BaseException:
-                keeper.unhold(claim)
-                keeper.release(claim)
-                raise
-            rec = Record(step_key, desc.slot, outcome.data, outcome.keep, claim)
-            return Ran(outcome.error or _overtime(desc, timeout, took), took, cpu, rec)
-
-        async def arun_one(desc: wire.TaskDescriptor, data: bytes | None, claim: Held) -> Any:
-            """Run one claimed task of an async node on this process's event loop; its
-            error (or None). Its result is recorded with those of the tasks that finish
-            meanwhile, on a thread: the loop never waits on Redis."""
-            keeper = self.claims()
-            try:
-                with self.stopper().running(step_key, run_id):
-                    began = time.monotonic()
-                    outcome = await step.arun(desc, data, live)
-                    took = time.monotonic() - began
-                rec = Record(step_key, desc.slot, outcome.data, outcome.keep, claim)
-                await self.recorder().record(rec)
-            finally:
-                keeper.unhold(claim)
-                if not claim.released:  # (releasing the claim is a Redis call)
-                    await asyncio.to_thread(keeper.release, claim)
-            return outcome.error or _overtime(desc, timeout, took)
+        is_async = bool(todo) and spec.nodes[todo[0][0].node].is_async
+        answers = Delivery(self, step_key, run_id, timeout, step, live).run(todo, is_async)
 
         ran = 0
         failed: list[tuple[wire.TaskDescriptor, BaseException]] = []
-        if todo and spec.nodes[todo[0][0].node].is_async:
-            answers = self._run_async(todo, verdicts, arun_one)
-        else:
-            answers = self._run_tasks(todo, verdicts, run_claimed)
         for (desc, _), error in answers:
-            if error is _SKIPPED:
+            if error is SKIPPED:
                 continue
             ran += 1
             if error is not None and not isinstance(error, TaskCancelledError):
@@ -222,117 +144,6 @@ class WorkerRuntime:
         if failed:  # every result is recorded: now Celery (and Flower) may see a FAILURE
             raise _failure(run_id, _thread_of(step), len(descs), failed) from failed[0][1]
         return ran
-
-    def _run_tasks(
-        self,
-        todo: list[Any],
-        verdicts: Callable[..., list[Any]],
-        run_claimed: Callable[..., Ran],
-    ) -> list[tuple[Any, Any]]:
-        """``(task, answer)`` for the sync tasks of one message, in their order.
-
-        One by one while they are quick, each task's result recorded in the round trip that
-        claims the next; the rest at once on the task pool as soon as one's node took
-        ``parallel_after``, mostly waiting (the tasks of one message are of one node: alike).
-        Tasks that compute run one by one whatever they take: threads of one process would
-        only share its GIL. The pool's ``task_threads`` serve every message of the process.
-        Tasks not started when one was cancelled are not run.
-        """
-        done: list[tuple[Any, Any]] = []
-        rest: list[Any] = []
-        finished: list[Record] = []  # the last task's result: recorded with the next claim
-        try:
-            for i, task in enumerate(todo):
-                recorded, finished = finished, []
-                try:
-                    (refused,) = verdicts([task[0]], recorded)
-                finally:
-                    self._let_go(recorded)
-                if refused is _CANCELLED:
-                    return done
-                if refused is not None:
-                    done.append((task, refused))
-                    continue
-                ran = run_claimed(*task)
-                done.append((task, ran.answer))
-                finished = [ran.record]
-                if self._waits(ran):  # a model or tool call: the others run at once
-                    rest = todo[i + 1 :]
-                    break
-        finally:
-            if finished:
-                self.recorder().write(finished)
-                self._let_go(finished)
-        if not rest:
-            return done
-
-        def run_one(task: Any) -> Any:
-            (refused,) = verdicts([task[0]])
-            if refused is not None:
-                return refused
-            ran = run_claimed(*task)
-            try:  # with those of the message's other tasks that finish meanwhile
-                self.recorder().commit(ran.record)
-            finally:
-                self._let_go([ran.record])
-            return ran.answer
-
-        pool = self.task_pool()
-        answers = [pool.submit(run_one, task) for task in rest]
-        for task, future in zip(rest, answers, strict=True):
-            answer = future.result()
-            if answer is not _CANCELLED:
-                done.append((task, answer))
-        return done
-
-    def _waits(self, ran: Ran) -> bool:
-        """Whether a sync task was slow while its thread mostly waited."""
-        slow = ran.took >= self.settings.parallel_after
-        return self.settings.task_threads > 1 and slow and ran.cpu <= ran.took * WAITING
-
-    def _let_go(self, records: Sequence[Record]) -> None:
-        """Stop renewing the claims of recorded results (the record dropped them)."""
-        keeper = self.claims()
-        for rec in records:
-            if rec.claim is not None:
-                keeper.unhold(rec.claim)
-                keeper.release(rec.claim)
-
-    def _run_async(
-        self,
-        todo: list[Any],
-        verdicts: Callable[[list[Any]], list[Any]],
-        arun_one: Callable[..., Awaitable[Any]],
-    ) -> list[tuple[Any, Any]]:
-        """``(task, answer)`` for the async tasks of one message, in their order: claimed
-        together in one round trip, then run all at once on this process's event loop (one
-        by one if ``task_threads`` is 1), with no thread waiting for each. Tasks not started
-        when one was cancelled are not run."""
-        keeper = self.claims()
-
-        async def run(task: Any) -> Any:
-            (refused,) = await asyncio.to_thread(verdicts, [task[0]])
-            if refused is not None:
-                return refused
-            return await arun_one(*task, keeper.hold(task[0].slot))
-
-        async def run_all() -> list[Any]:
-            if self.settings.task_threads <= 1:
-                answers = []
-                for task in todo:
-                    answers.append(await run(task))
-                    if answers[-1] is _CANCELLED:
-                        break
-                return answers
-            answers = await asyncio.to_thread(verdicts, [desc for desc, _ in todo])
-            claimed = [i for i, answer in enumerate(answers) if answer is None]
-            ran = [arun_one(*todo[i], keeper.hold(todo[i][0].slot)) for i in claimed]
-            for i, answer in zip(claimed, await asyncio.gather(*ran), strict=True):
-                answers[i] = answer
-            return answers
-
-        answers = asyncio.run_coroutine_threadsafe(run_all(), self.event_loop()).result()
-        return [(t, a) for t, a in zip(todo, answers, strict=False) if a is not _CANCELLED]
 
     def task_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """This process's threads for running a message's tasks at once (never a parent's)."""
@@ -399,21 +210,6 @@ class WorkerRuntime:
             self._stoppers = {pid: stopper}
         return stopper
 
-    def _unclaimed(self, step_key: str, desc: wire.TaskDescriptor, verdict: int) -> None:
-        """A task this delivery may not run: report what is known of it, or nothing."""
-        if verdict == claims.KNOWN:  # finished since the message was read
-            result = self.redis().get(keys.result(desc.slot))
-            if isinstance(result, bytes):
-                self.record(step_key, desc.slot, result)
-        elif verdict == claims.POISONED:
-            attempts = self.settings.max_deliveries
-            error = WorkerLostError(desc.node, desc.id, attempts)
-            log.error("%s", error)
-            data = wire.dumps_result(TaskResult(desc.id, error=error), desc.node)
-            self.record(step_key, desc.slot, data, keep=False)
-        # HELD: a live worker runs it; its result reaches the step, or the coordinator
-        # notices the claim expire and dispatches the task again.
-
     def descriptors(self, step_key: str, descs: list[Any] | str) -> list[wire.TaskDescriptor]:
         """The descriptors a message carries, read from the step hash when it names them."""
         if not isinstance(descs, str):
@@ -436,14 +232,7 @@ class WorkerRuntime:
         (kept,) = self.recorder().write([Record(step_key, slot, result, keep, claim)])
         return kept
 
-    def _report_started(self, step_key: str, task_ids: list[str]) -> None:
-        """Tell the coordinator the clocks of ``task_ids`` start now."""
-        if not task_ids:
-            return
-        r, entries = self.redis(), [wire.STARTED + t.encode() for t in task_ids]
-        self._retry(lambda: r.rpush(keys.inbox(step_key), *entries), "reporting starts")
-
-    def _retry(self, call: Callable[[], Any], what: str) -> Any:
+    def retry(self, call: Callable[[], Any], what: str) -> Any:
         """``call()``, retried through a Redis outage of up to ``retry_window`` seconds, so a
         task that ran is not lost (its message is acknowledged whatever happens)."""
         return retry(
@@ -503,16 +292,6 @@ def _thread_of(step: RemoteStep) -> str:
     return str((step.input.config.get("configurable") or {}).get("thread_id") or "-")
 
 
-def _overtime(desc: wire.TaskDescriptor, timeout: float | None, took: float) -> Exception | None:
-    """The timeout error of a task that finished after its limit (the coordinator has
-    delivered ``TaskTimeoutError`` for it by then, and ignores its late result)."""
-    if not timeout or took <= timeout:
-        return None
-    return TaskTimeoutError(
-        f"node '{desc.node}': task {desc.id} ran {took:.1f}s, past the {timeout:g}s task time limit"
-    )
-
-
 def _failure(
     run_id: str, thread: str, count: int, failed: list[tuple[wire.TaskDescriptor, BaseException]]
 ) -> NodeFailedError:
@@ -542,22 +321,6 @@ def _failure(
         f"[run={run_id or '-'} thread={thread} step={desc.step} task={desc.id}]{more}"
     )
 
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Ran:
-    """A sync task run under its claim: its error (or None); how long it took and the CPU
-    time its thread spent on it; its result, to record (which drops the claim)."""
-
-    answer: BaseException | None
-    took: float
-    cpu: float
-    record: Record
-
-
-_CANCELLED: Final = object()
-"""A task its run's cancel kept from starting (the rest of its message is not run)."""
-_SKIPPED: Final = object()
-"""A task this delivery may not run (another runs it, or it has a result): not counted."""
 
 _runtime: WorkerRuntime | None = None
 

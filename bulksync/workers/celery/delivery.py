@@ -1,0 +1,279 @@
+"""One delivery of a node-task message on a worker: its tasks claimed, run and recorded.
+
+A task runs only under its claim (``claims.py``), and its result is recorded with the script
+that also drops the claim (``recorder.py``). The tasks of one message run at once when they
+wait (model and tool calls):
+
+- async ones are claimed together in one round trip and all run on the process's event loop,
+  no thread waiting for any of them; results that finish together are recorded together;
+- sync ones run one by one while they are quick, each result recorded in the round trip that
+  claims the next task, which is cheapest; once one of them took ``parallel_after`` while its
+  thread mostly waited, the rest run at once on the process's task threads. Tasks that
+  compute run one by one whatever they take: threads of one process would only share its GIL.
+
+Tasks not started when the run was cancelled are not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import redis
+
+from bulksync import keys
+from bulksync.coordinator.executor import StepLive, TaskResult
+from bulksync.errors import TaskTimeoutError, WorkerLostError
+from bulksync.workers import wire
+from bulksync.workers.celery import claims
+from bulksync.workers.celery.claims import Held
+from bulksync.workers.celery.recorder import Record
+from bulksync.workers.remote import RemoteStep
+
+if TYPE_CHECKING:
+    from bulksync.workers.celery.node_task import WorkerRuntime
+
+log = logging.getLogger(__name__)
+
+WAITING: Final = 0.25
+"""A slow sync task whose thread computed for at most this share of its time waited (a model
+or tool call): the other tasks of its message run at once."""
+
+CANCELLED: Final = object()
+"""A task its run's cancel kept from starting (the rest of its message is not run)."""
+SKIPPED: Final = object()
+"""A task this delivery may not run (another runs it, or it has a result): not counted."""
+
+Todo = tuple[wire.TaskDescriptor, bytes | None]
+"""A task to run: its descriptor and its encoded input."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ran:
+    """A sync task run under its claim: its error (or None); how long it took and the CPU
+    time its thread spent on it; its result, to record (which drops the claim)."""
+
+    answer: BaseException | None
+    took: float
+    cpu: float
+    record: Record
+
+
+class Delivery:
+    """The tasks of one message of step ``step_key`` (of run ``run_id``) on this worker."""
+
+    def __init__(
+        self,
+        runtime: WorkerRuntime,
+        step_key: str,
+        run_id: str,
+        timeout: float | None,
+        step: RemoteStep,
+        live: StepLive,
+    ) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.step_key = step_key
+        self.run_id = run_id
+        self.timeout = timeout
+        self.step = step
+        self.live = live
+        self.keeper = runtime.claims()
+        self.recorder = runtime.recorder()
+
+    def run(self, todo: list[Todo], is_async: bool) -> list[tuple[Todo, Any]]:
+        """``(task, answer)`` for ``todo``, in their order: the task's error (or None), or
+        ``SKIPPED``; tasks the run's cancel kept from starting are left out."""
+        return self._run_async(todo) if is_async else self._run_sync(todo)
+
+    # -- claims ---------------------------------------------------------------------------
+
+    def verdicts(
+        self, descs: Sequence[wire.TaskDescriptor], after: Sequence[Record] = ()
+    ) -> list[Any]:
+        """For each of ``descs``, in one round trip: None when this delivery claimed it (and
+        runs it), else why not. The results ``after`` (of the tasks just run) are recorded
+        first in the same round trip."""
+        slots = [d.slot for d in descs]
+        if after:
+            pipe = self.runtime.redis().pipeline(transaction=False)
+            self.recorder.queue(pipe, after)
+            self.keeper.ask(pipe, slots, self.run_id)
+            try:
+                replies = pipe.execute()
+            except redis.RedisError:
+                self.recorder.write(after)  # through an outage; the claims fail
+                raise
+            self.recorder.written(after, replies[: len(after)])
+            found = self.keeper.verdicts(slots, self.run_id, replies[len(after) :])
+        else:
+            found = self.keeper.claim_many(slots, self.run_id)
+        answers: list[Any] = []
+        for desc, claimed in zip(descs, found, strict=True):
+            if claimed == claims.CANCELLED:
+                answers.append(CANCELLED)
+            elif claimed <= 0:
+                self._unclaimed(desc, claimed)
+                answers.append(SKIPPED)
+            else:
+                answers.append(None)
+        if self.timeout:  # the coordinator's clock for these tasks starts now
+            self._report_started([d.id for d, a in zip(descs, answers, strict=True) if a is None])
+        return answers
+
+    def _unclaimed(self, desc: wire.TaskDescriptor, verdict: int) -> None:
+        """A task this delivery may not run: report what is known of it, or nothing."""
+        if verdict == claims.KNOWN:  # finished since the message was read
+            result = self.runtime.redis().get(keys.result(desc.slot))
+            if isinstance(result, bytes):
+                self.recorder.write([Record(self.step_key, desc.slot, result)])
+        elif verdict == claims.POISONED:
+            error = WorkerLostError(desc.node, desc.id, self.settings.max_deliveries)
+            log.error("%s", error)
+            data = wire.dumps_result(TaskResult(desc.id, error=error), desc.node)
+            self.recorder.write([Record(self.step_key, desc.slot, data, keep=False)])
+        # HELD: a live worker runs it; its result reaches the step, or the coordinator
+        # notices the claim expire and dispatches the task again.
+
+    def _report_started(self, task_ids: list[str]) -> None:
+        """Tell the coordinator the clocks of ``task_ids`` start now."""
+        if not task_ids:
+            return
+        r, entries = self.runtime.redis(), [wire.STARTED + t.encode() for t in task_ids]
+        self.runtime.retry(lambda: r.rpush(keys.inbox(self.step_key), *entries), "reporting starts")
+
+    def _let_go(self, records: Sequence[Record]) -> None:
+        """Stop renewing the claims of recorded results (the record dropped them)."""
+        for rec in records:
+            if rec.claim is not None:
+                self.keeper.unhold(rec.claim)
+                self.keeper.release(rec.claim)
+
+    # -- sync tasks -----------------------------------------------------------------------
+
+    def _run_sync(self, todo: list[Todo]) -> list[tuple[Todo, Any]]:
+        done: list[tuple[Todo, Any]] = []
+        rest: list[Todo] = []
+        finished: list[Record] = []  # the last task's result: recorded with the next claim
+        try:
+            for i, task in enumerate(todo):
+                recorded, finished = finished, []
+                try:
+                    (refused,) = self.verdicts([task[0]], recorded)
+                finally:
+                    self._let_go(recorded)
+                if refused is CANCELLED:
+                    return done
+                if refused is not None:
+                    done.append((task, refused))
+                    continue
+                ran = self._run_claimed(*task)
+                done.append((task, ran.answer))
+                finished = [ran.record]
+                if self._waits(ran):  # a model or tool call: the others run at once
+                    rest = todo[i + 1 :]
+                    break
+        finally:
+            if finished:
+                self.recorder.write(finished)
+                self._let_go(finished)
+        pool = self.runtime.task_pool()
+        answers = [pool.submit(self._run_one, task) for task in rest]
+        for task, future in zip(rest, answers, strict=True):
+            answer = future.result()
+            if answer is not CANCELLED:
+                done.append((task, answer))
+        return done
+
+    def _run_one(self, task: Todo) -> Any:
+        """Claim and run one task on a task thread; its result is recorded with those of
+        the message's other tasks that finish meanwhile."""
+        (refused,) = self.verdicts([task[0]])
+        if refused is not None:
+            return refused
+        ran = self._run_claimed(*task)
+        try:
+            self.recorder.commit(ran.record)
+        finally:
+            self._let_go([ran.record])
+        return ran.answer
+
+    def _run_claimed(self, desc: wire.TaskDescriptor, data: bytes | None) -> Ran:
+        """Run a task this delivery claimed, keeping its claim alive meanwhile."""
+        claim = self.keeper.hold(desc.slot)
+        try:
+            with self.runtime.stopper().running(self.step_key, self.run_id):
+                began, cpu = time.monotonic(), time.thread_time()
+                outcome = self.step.run(desc, data, self.live)
+                took, cpu = time.monotonic() - began, time.thread_time() - cpu
+        except BaseException:
+            self.keeper.unhold(claim)
+            self.keeper.release(claim)
+            raise
+        rec = Record(self.step_key, desc.slot, outcome.data, outcome.keep, claim)
+        return Ran(outcome.error or self._overtime(desc, took), took, cpu, rec)
+
+    def _waits(self, ran: Ran) -> bool:
+        """Whether a sync task was slow while its thread mostly waited."""
+        slow = ran.took >= self.settings.parallel_after
+        return self.settings.task_threads > 1 and slow and ran.cpu <= ran.took * WAITING
+
+    # -- async tasks ----------------------------------------------------------------------
+
+    def _run_async(self, todo: list[Todo]) -> list[tuple[Todo, Any]]:
+        async def one_by_one() -> list[Any]:  # task_threads 1: nothing at once
+            answers = []
+            for desc, data in todo:
+                (refused,) = await asyncio.to_thread(self.verdicts, [desc])
+                answers.append(refused)
+                if refused is None:
+                    answers[-1] = await self._arun_claimed(desc, data, self.keeper.hold(desc.slot))
+                elif refused is CANCELLED:
+                    break
+            return answers
+
+        async def at_once() -> list[Any]:
+            answers = await asyncio.to_thread(self.verdicts, [desc for desc, _ in todo])
+            claimed = [i for i, answer in enumerate(answers) if answer is None]
+            ran = [self._arun_claimed(*todo[i], self.keeper.hold(todo[i][0].slot)) for i in claimed]
+            for i, answer in zip(claimed, await asyncio.gather(*ran), strict=True):
+                answers[i] = answer
+            return answers
+
+        run = one_by_one() if self.settings.task_threads <= 1 else at_once()
+        answers = asyncio.run_coroutine_threadsafe(run, self.runtime.event_loop()).result()
+        return [(t, a) for t, a in zip(todo, answers, strict=False) if a is not CANCELLED]
+
+    async def _arun_claimed(
+        self, desc: wire.TaskDescriptor, data: bytes | None, claim: Held
+    ) -> Any:
+        """Run one claimed task of an async node on this process's event loop; its error
+        (or None). Its result is recorded with those of the tasks that finish meanwhile, on
+        a thread: the loop never waits on Redis."""
+        try:
+            with self.runtime.stopper().running(self.step_key, self.run_id):
+                began = time.monotonic()
+                outcome = await self.step.arun(desc, data, self.live)
+                took = time.monotonic() - began
+            await self.recorder.record(
+                Record(self.step_key, desc.slot, outcome.data, outcome.keep, claim)
+            )
+        finally:
+            self.keeper.unhold(claim)
+            if not claim.released:  # (releasing the claim is a Redis call)
+                await asyncio.to_thread(self.keeper.release, claim)
+        return outcome.error or self._overtime(desc, took)
+
+    def _overtime(self, desc: wire.TaskDescriptor, took: float) -> Exception | None:
+        """The timeout error of a task that finished after its limit (the coordinator has
+        delivered ``TaskTimeoutError`` for it by then, and ignores its late result)."""
+        if not self.timeout or took <= self.timeout:
+            return None
+        return TaskTimeoutError(
+            f"node '{desc.node}': task {desc.id} ran {took:.1f}s, past the "
+            f"{self.timeout:g}s task time limit"
+        )
