@@ -61,7 +61,7 @@ from bulksync.workers.celery.coordinator_saver import serve
 from bulksync.workers.celery.gatherer import Gatherer
 from bulksync.workers.celery.node_task import MESSAGE_HEADER
 from bulksync.workers.celery.progress import progress_chunk, waiting_queues, warn_waiting
-from bulksync.workers.celery.sent_events import EventBatcher, SentEvents
+from bulksync.workers.celery.sent_events import SentEvents, publish_sent
 from bulksync.workers.execute import run_task
 from bulksync.workers.registry import task_name, walk_specs
 
@@ -104,7 +104,6 @@ class CeleryExecutor:
         # busy waits. The gatherer holds one connection, whatever the number of steps.
         self.redis = redis_client(settings.redis_url, settings.redis_connections)
         self.gatherer = Gatherer(self.redis, settings)
-        self.sent_events = EventBatcher(self.app)
         self._paths = {id(spec): path for path, spec in walk_specs(graph)}
 
     def submit(
@@ -315,7 +314,7 @@ class CeleryStep:
                     time_limit=(timeout * len(chunk) + 10) if timeout else None,
                     event_dispatcher=sent,
                 )
-        self.ex.sent_events.publish(sent)
+            publish_sent(self.ex.app, producer, sent)
 
     # -- gather (called by the executor's gatherer) -----------------------------------------
 
