@@ -297,7 +297,14 @@ class Settings:
         unit="messages",
     )
     max_batch: int = setting(
-        64, group="coordinator", doc="most tasks one message carries", unit="tasks"
+        64, group="coordinator", doc="most tasks of a sync node one message carries", unit="tasks"
+    )
+    max_async_batch: int = setting(
+        256,
+        group="coordinator",
+        doc="most tasks of an async node one message carries (a worker runs them all at once "
+        "on its event loop)",
+        unit="tasks",
     )
     drain_size: int = setting(
         1000,

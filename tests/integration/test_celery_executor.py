@@ -306,12 +306,15 @@ def test_every_message_of_a_step_has_its_task_sent_event(
     fan = b.compile()
     published.prefix = f"{cluster.register(fan)}."
     four = dataclasses.replace(cluster.settings, target_messages=4)
-    graph = fan.with_executor(CeleryExecutor(four, published.prefix[:-1], fan, app=cluster.app))
+    executor = CeleryExecutor(four, published.prefix[:-1], fan, app=cluster.app)
     listener = threading.Thread(target=capture, daemon=True)
     listener.start()
     assert receiving.wait(RELEASE_WAIT)
     time.sleep(0.5)  # the receiver's queue is bound once it consumes
-    assert sorted(graph.invoke({"done": []})["done"]) == list(range(20))
+    try:
+        assert sorted(fan.with_executor(executor).invoke({"done": []})["done"]) == list(range(20))
+    finally:
+        executor.redis.close()
     listener.join(RELEASE_WAIT)
     work = [m for m in published.messages if m.name.endswith(".work")]
     assert len(work) > 1
@@ -319,6 +322,34 @@ def test_every_message_of_a_step_has_its_task_sent_event(
         event = sent[m.id]
         assert event["name"] == m.name and event["queue"] == cluster.settings.queue
         assert event["args"] == m.headers["argsrepr"]
+
+
+def test_an_async_nodes_tasks_ride_more_to_a_message(cluster: Any, published: Published) -> None:
+    # A worker runs a message's async tasks all at once: they need fewer messages.
+    async def waits(item: dict[str, int]) -> dict[str, list[int]]:
+        await asyncio.sleep(0.01)
+        return {"done": [item["i"]]}
+
+    def quick(item: dict[str, int]) -> dict[str, list[int]]:
+        return {"done": [item["i"]]}
+
+    settings = dataclasses.replace(
+        cluster.settings, target_messages=1, max_batch=4, max_async_batch=16
+    )
+    for node, messages in ((waits, 1), (quick, 3)):
+        b = StateGraph(Done)
+        b.add_node("work", node)
+        b.add_conditional_edges(START, lambda s: [Send("work", {"i": i}) for i in range(12)])
+        fan = b.compile()
+        published.prefix = f"{cluster.register(fan)}."
+        published.messages.clear()
+        executor = CeleryExecutor(settings, published.prefix[:-1], fan, app=cluster.app)
+        try:
+            out = fan.with_executor(executor).invoke({"done": []})
+        finally:
+            executor.redis.close()
+        assert sorted(out["done"]) == list(range(12))
+        assert len([m for m in published.messages if m.name.endswith(".work")]) == messages
 
 
 # -- per-node queues -------------------------------------------------------------------

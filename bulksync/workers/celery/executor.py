@@ -71,13 +71,16 @@ _STOP_POLL = 0.05
 """Seconds between two looks at the claims of a cancelled step's running tasks."""
 
 
-def batch_size(count: int, settings: Settings) -> int:
+def batch_size(count: int, settings: Settings, *, is_async: bool = False) -> int:
     """Tasks per message for a fan-out of ``count`` tasks of one node.
 
     About ``settings.target_messages`` messages (fewer for small fan-outs), at most
-    ``settings.max_batch`` tasks in each.
+    ``settings.max_batch`` tasks in each, or ``max_async_batch`` for an async node: a
+    worker runs a message's async tasks all at once, so more of them ride in one message
+    before messages must wait for a free pool slot.
     """
-    return max(1, min(settings.max_batch, math.ceil(count / settings.target_messages)))
+    most = settings.max_async_batch if is_async else settings.max_batch
+    return max(1, min(most, math.ceil(count / settings.target_messages)))
 
 
 class CeleryExecutor:
@@ -284,7 +287,12 @@ class CeleryStep:
             by_node[task.name].append(task)
         out = []
         for node, group in by_node.items():
-            size = batch_size(len(group), self.ex.settings) if group[0].is_push else 1
+            is_async = self.spec.nodes[node].is_async
+            size = (
+                batch_size(len(group), self.ex.settings, is_async=is_async)
+                if group[0].is_push
+                else 1
+            )
             for i in range(0, len(group), size):
                 out.append((node, uuid.uuid4().hex, group[i : i + size]))
         return out
