@@ -508,7 +508,13 @@ def test_cli_submit_wait_shows_progress_then_the_output(
     # Not a terminal: plain lines, at most one a second (test_cli_people.py: on a terminal).
     header, *lines = err.splitlines()
     assert header.startswith("run ") and "thread cli" in header and "\r" not in err
-    assert "queued, waiting for a coordinator serving" in lines[0] or "step" in lines[0]
+    # The first line: still queued, or running (its first step reported, or not yet).
+    first = lines[0].split(" · ", 1)[1]
+    assert (
+        first.startswith("queued, waiting for a coordinator serving")
+        or first == "running"
+        or "step" in first
+    )
     assert lines[-1].endswith("· success")
 
     assert main(["runs", "--thread", "cli"]) == 0
