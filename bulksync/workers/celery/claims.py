@@ -110,9 +110,14 @@ class ClaimKeeper:
 
     def claim_many(self, slots: Sequence[str], run_id: str) -> list[int]:
         """:meth:`claim` each of ``slots`` (tasks of run ``run_id``), in one round trip."""
+        return self.verdicts(slots, run_id, self._replies(slots, run_id))
+
+    def _replies(self, slots: Sequence[str], run_id: str) -> list[Any]:
+        if not slots:
+            return []
         pipe = self.redis.pipeline(transaction=False)
         self.ask(pipe, slots, run_id)
-        return self.verdicts(slots, run_id, pipe.execute() if slots else [])
+        return list(pipe.execute())
 
     def ask(self, pipe: Any, slots: Sequence[str], run_id: str) -> None:
         """Queue on ``pipe`` the claims of ``slots`` (one reply each, for :meth:`verdicts`)."""
@@ -140,8 +145,8 @@ class ClaimKeeper:
         """
         found = [int(v) for v in replies]
         for i, slot in enumerate(slots):
-            if found[i] == HELD and self._drop_dead(slot):
-                found[i] = self.claim_many([slot], run_id)[0]
+            if found[i] == HELD and self._drop_dead(slot):  # claimed again, once
+                found[i] = int(self._replies([slot], run_id)[0])
         return found
 
     def _drop_dead(self, slot: str) -> bool:
