@@ -121,13 +121,13 @@ class Coordinator:
         self._serving = True
         beat = threading.Thread(target=self._beat, name="bulksync-heartbeat", daemon=True)
         beat.start()
+        self._guard(self.announce)  # then the heartbeat thread's, every heartbeat
         next_reap = 0.0
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
                 if now >= next_reap:
                     next_reap = now + self.heartbeat
-                    self._guard(self.announce)
                     self._guard(self._take_over)
                 if self._guard(self._claim):
                     continue
@@ -230,9 +230,9 @@ class Coordinator:
     def announce(self) -> None:
         """Tell clients this coordinator serves its graphs, for the next ``stale_after`` s.
 
-        The serve loop and the heartbeat thread repeat it every heartbeat; call it after
-        adding a graph to the registry of a coordinator that is already serving, to be
-        served at once. A stopping coordinator announces nothing more.
+        The heartbeat thread repeats it every heartbeat; call it after adding a graph to the
+        registry of a coordinator that is already serving, to be served at once. A stopping
+        coordinator announces nothing more.
         """
         with self._announcing:
             if self._stop.is_set():  # stopping: it takes no more work, and has withdrawn
@@ -270,8 +270,8 @@ class Coordinator:
         while not self._halted.wait(self.heartbeat):
             if self._abandoned.is_set() or (self._stop.is_set() and not self._active()):
                 return  # while stop() waits, the runs still finishing keep their claim
-            # Here too, first: a serve loop held up by a slow claim must not let the
-            # announcement lapse, or clients would be told nobody serves the graphs.
+            # First, and here rather than in the serve loop, which a slow claim may hold
+            # up: a lapsed announcement tells clients nobody serves the graphs.
             self._guard(self.announce)
             self._guard(self._beat_once)
 
