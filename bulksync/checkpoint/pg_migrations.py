@@ -10,7 +10,8 @@ single history recorded in ``bulksync_migrations (version, applied_at)``::
                                 (``serde.dumps_checkpoint``, bytea), its parent's id, metadata
                                 (jsonb)
     bulksync_checkpoint_blobs   one row per (thread, ns, channel, version): the channel's value
-                                (msgpack, bytea), written only when it changed; NULL = empty
+                                (msgpack, bytea), written only when it changed; NULL = empty;
+                                a delta (``appends.py``) holds what it appends to an older row
     bulksync_checkpoint_writes  pending writes keyed (thread, ns, checkpoint, task id, idx)
     bulksync_thread_leases      which coordinator drives a thread, until when, and the fencing
                                 token its checkpoint commits are checked against
@@ -146,6 +147,11 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
     );
     CREATE INDEX bulksync_threads_by_update ON bulksync_threads (updated_at)""",
+    # 10: the newest whole value of a channel at or below a version, in one probe: a read
+    # fetches the chain of deltas above it as one range of versions (BLOBS_SQL).
+    """CREATE INDEX bulksync_checkpoint_blobs_whole
+        ON bulksync_checkpoint_blobs (thread_id, checkpoint_ns, channel, version)
+        WHERE blob IS NULL OR get_byte(blob, 0) <> 193""",
 )
 """Schema steps, applied in order; append new ones, never edit or reorder (see above)."""
 
@@ -218,12 +224,30 @@ CHAIN_SQL = """WITH RECURSIVE chain(version, blob, base) AS (
          AND b.version = c.base
     )
     SELECT version, blob FROM chain"""
-BLOBS_SQL = """SELECT k.i, b.channel, b.blob
-    FROM unnest(%s::int[], %s::text[], %s::text[], %s::text[], %s::bigint[])
-      AS k(i, thread_id, checkpoint_ns, channel, version)
-    JOIN bulksync_checkpoint_blobs AS b
-      ON b.thread_id = k.thread_id AND b.checkpoint_ns = k.checkpoint_ns
-     AND b.channel = k.channel AND b.version = k.version"""
+# The stored versions a read of checkpoints needs, given each channel's version in each: from
+# the newest whole value at or below that version up to it (a delta's chain is among those in
+# a linear thread; the rest of a forked one's is fetched with CHAIN_SQL). The spans of one
+# channel are read as one range, less the versions no span covers when there are several.
+BLOBS_SQL = """WITH spans AS (
+        SELECT k.thread_id, k.checkpoint_ns, k.channel, k.version AS hi, coalesce((
+            SELECT max(w.version) FROM bulksync_checkpoint_blobs AS w
+            WHERE w.thread_id = k.thread_id AND w.checkpoint_ns = k.checkpoint_ns
+              AND w.channel = k.channel AND w.version <= k.version
+              AND (w.blob IS NULL OR get_byte(w.blob, 0) <> 193)), k.version) AS lo
+        FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[])
+          AS k(thread_id, checkpoint_ns, channel, version)
+    ), channels AS (
+        SELECT thread_id, checkpoint_ns, channel, min(lo) AS lo, max(hi) AS hi, count(*) AS spans
+        FROM spans GROUP BY thread_id, checkpoint_ns, channel
+    )
+    SELECT b.thread_id, b.checkpoint_ns, b.channel, b.version, b.blob
+    FROM channels AS c JOIN bulksync_checkpoint_blobs AS b
+      ON b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+     AND b.channel = c.channel AND b.version BETWEEN c.lo AND c.hi
+    WHERE c.spans = 1 OR EXISTS (
+        SELECT FROM spans AS s WHERE s.thread_id = b.thread_id
+          AND s.checkpoint_ns = b.checkpoint_ns AND s.channel = b.channel
+          AND b.version BETWEEN s.lo AND s.hi)"""
 WRITES_SQL = """SELECT k.i, w.task_id, w.idx, w.channel, w.blob, w.task_path
     FROM unnest(%s::int[], %s::text[], %s::text[], %s::text[])
       AS k(i, thread_id, checkpoint_ns, checkpoint_id)

@@ -6,7 +6,8 @@ Tables, their migrations and the statements run against them are in ``pg_migrati
 put again is replaced: forks reuse versions); regular writes keep the first value (``ON
 CONFLICT DO NOTHING``), special writes the last (upsert). ``list`` reads a page of
 checkpoints, then the page's blobs and writes in one pipelined round trip, never one query per
-checkpoint.
+checkpoint. The blobs read include, for a list stored as deltas (``appends.py``), the versions
+down to its last whole value: a linear thread's chains cost no further query.
 
 Each call borrows a pooled connection. A write sends all its statements as one pipeline
 segment, which Postgres runs as one transaction (committed at the segment's Sync on an
@@ -60,7 +61,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from bulksync.checkpoint import pg_migrations as pgm
-from bulksync.checkpoint.appends import Chains
+from bulksync.checkpoint.appends import Chains, Stored
 from bulksync.checkpoint.async_methods import AsyncSaverMethods
 from bulksync.checkpoint.base import (
     Checkpoint,
@@ -411,28 +412,29 @@ class PostgresSaver(AsyncSaverMethods):
                 return []
             # Versions are inside the record, so records are decoded here to find the blobs.
             checkpoints = [loads_checkpoint(self.serde, row[4]) for row in rows]
-            blob_keys = [
-                (i, row[0], row[1], ch, version)
-                for i, (row, ckpt) in enumerate(zip(rows, checkpoints, strict=True))
-                for ch, version in ckpt.channel_versions.items()
-            ]
+            blob_keys = sorted(
+                {
+                    (row[0], row[1], ch, version)
+                    for row, ckpt in zip(rows, checkpoints, strict=True)
+                    for ch, version in ckpt.channel_versions.items()
+                }
+            )
             write_keys = [(i, row[0], row[1], row[2]) for i, row in enumerate(rows)]
             with conn.pipeline():
                 blob_cur = conn.cursor(row_factory=tuple_row)
-                blob_cur.execute(pgm.BLOBS_SQL, _columns(blob_keys, 5))
+                blob_cur.execute(pgm.BLOBS_SQL, _columns(blob_keys, 4))
                 write_cur = conn.cursor(row_factory=tuple_row)
                 write_cur.execute(pgm.WRITES_SQL, _columns(write_keys, 4))
             found_blobs, found_writes = blob_cur.fetchall(), write_cur.fetchall()
-        blobs: builtins.list[dict[str, bytes]] = [{} for _ in rows]
-        for i, channel, blob in found_blobs:
-            if blob is not None:
-                blobs[i][channel] = blob
+        stored: Stored = {}
+        for thread_id, ns, channel, version, blob in found_blobs:
+            stored.setdefault((thread_id, ns, channel), {})[version] = blob
         writes: builtins.list[builtins.list[_Write]] = [[] for _ in rows]
         for i, *write in found_writes:
             writes[i].append((write[0], write[1], write[2], write[3], write[4]))
-        chains = Chains(self.serde, self._versions)
+        chains = Chains(self.serde, self._versions, stored)
         return [
-            self._decode(row, ckpt, blobs[i], writes[i], chains)
+            self._decode(row, ckpt, stored, writes[i], chains)
             for i, (row, ckpt) in enumerate(zip(rows, checkpoints, strict=True))
         ]
 
@@ -454,15 +456,17 @@ class PostgresSaver(AsyncSaverMethods):
         self,
         row: _Row,
         checkpoint: Checkpoint,
-        blobs: Mapping[str, bytes],
+        stored: Stored,
         writes: builtins.list[_Write],
         chains: Chains,
     ) -> CheckpointTuple:
+        """The tuple of one checkpoint read; channels whose row holds no value are empty."""
         thread_id, ns, checkpoint_id, parent_id, _, metadata = row
-        versions = checkpoint.channel_versions
-        values = {
-            ch: chains.value(thread_id, ns, ch, versions[ch], blob) for ch, blob in blobs.items()
-        }
+        values = {}
+        for ch, version in checkpoint.channel_versions.items():
+            blob = stored.get((thread_id, ns, ch), {}).get(version)
+            if blob is not None:
+                values[ch] = chains.value(thread_id, ns, ch, version, blob)
         writes.sort(key=lambda w: writes_sort_key(w[4], w[0], w[1]))
         return CheckpointTuple(
             config=checkpoint_config(thread_id, ns, checkpoint_id),

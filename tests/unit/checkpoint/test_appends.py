@@ -188,6 +188,75 @@ def test_postgres_follows_only_the_chain() -> None:
         assert len(chain) == 11  # ten deltas down to the input's whole (empty) list
 
 
+def test_a_chain_decodes_in_one_call() -> None:
+    serde, calls = MsgpackSerde(), []
+
+    class Counting(MsgpackSerde):
+        def loads(self, data: bytes) -> Any:
+            calls.append(data)
+            return super().loads(data)
+
+    rows: dict[int, bytes | None] = {1: serde.dumps(["a"])}
+    for version in range(2, 40):  # an array header of 1 byte up to 15 items, 3 bytes from 16
+        rows[version] = delta(serde, version - 1, [str(version), version])
+    chains = Chains(Counting(), lambda t, ns, ch, v: rows)
+    assert chains.value("t", "", "log", 39, rows[39] or b"") == [
+        "a",
+        *(item for v in range(2, 40) for item in (str(v), v)),
+    ]
+    assert len(calls) == 2  # the whole value, then every delta's items at once
+
+
+def test_postgres_reads_the_chain_with_the_checkpoint() -> None:
+    """A head read is the checkpoint, then its blobs (the chain among them) and writes."""
+    from tests.unit.checkpoint.conftest import _postgres_saver
+
+    chain_reads: list[tuple[Any, ...]] = []
+
+    def fetch(*key: Any) -> dict[int, bytes | None]:
+        chain_reads.append(key)
+        return {}
+
+    for saver in _postgres_saver():
+        graph, config = chat(saver), {"configurable": {"thread_id": "pg-head"}}
+        graph.invoke({"log": [], "turns": 20}, config)
+        saver._versions = fetch  # type: ignore[method-assign]
+        assert graph.get_state(config).values["log"] == expected(20)
+        for snapshot in graph.get_state_history(config):
+            assert snapshot.values.get("log", []) == expected(len(snapshot.values.get("log", [])))
+    assert chain_reads == []
+
+
+def test_postgres_reads_the_versions_each_checkpoint_needs_not_those_between() -> None:
+    from bulksync.checkpoint import pg_migrations as pgm
+    from tests.unit.checkpoint.conftest import _postgres_saver
+
+    class Counted(TypedDict):
+        log: Annotated[list[str], operator.add]
+        n: int
+
+    b = StateGraph(Counted)
+    b.add_node("step", lambda s: {"log": [ITEM], "n": s["n"] + 1})
+    b.add_edge(START, "step")
+    b.add_conditional_edges("step", lambda s: "step" if s["n"] < 12 else END, ["step", END])
+    for saver in _postgres_saver():
+        graph, config = b.compile(checkpointer=saver), {"configurable": {"thread_id": "pg-far"}}
+        graph.invoke({"log": [], "n": 0}, config)
+        history = list(saver.list(config))
+        far = [history[0], history[-3]]  # the head, and the first step's checkpoint
+        keys = sorted(
+            {("pg-far", "", ch, v) for t in far for ch, v in t.checkpoint.channel_versions.items()}
+        )
+        with saver.pool.connection() as conn:
+            rows = conn.execute(pgm.BLOBS_SQL, [list(c) for c in zip(*keys, strict=True)])
+            read = [(channel, version) for _, _, channel, version, _ in rows.fetchall()]
+        # ``n`` is stored whole at each step: the two versions, none of the ten between.
+        counts = [t.checkpoint.channel_versions["n"] for t in far]
+        assert sorted(v for ch, v in read if ch == "n") == sorted(counts)
+        # ``log``'s chain: the input's whole list and the twelve deltas above it.
+        assert len([v for ch, v in read if ch == "log"]) == 13
+
+
 def test_branches_of_one_chain_read_apart_in_one_read() -> None:
     """Versions share one list as prefixes; a branch from an older version forks it."""
     serde = MsgpackSerde()
