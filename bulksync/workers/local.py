@@ -8,6 +8,7 @@ tasks finish.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -24,8 +25,10 @@ from bulksync.workers.execute import run_task
 logger = logging.getLogger(__name__)
 
 
+@functools.cache
 def default_concurrency() -> int:
-    """Python's default thread count for I/O-bound work (as LangGraph gets by default)."""
+    """Python's default thread count for I/O-bound work (as LangGraph gets by default);
+    counted once per process (a worker makes an executor per message)."""
     return min(32, (os.cpu_count() or 1) + 4)
 
 
