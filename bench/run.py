@@ -192,7 +192,8 @@ def ratio(name: str, a: Timing, b: Timing, target: str) -> float:
 def run_fanout(args: argparse.Namespace, settings: Settings, app: Any) -> dict[str, Timing]:
     """Part 1: the fan-out, four ways."""
     from bulksync.checkpoint.postgres import PostgresSaver
-    from bulksync.workers.celery.executor import CeleryExecutor, batch_size
+    from bulksync.workers.celery.executor import CeleryExecutor
+    from bulksync.workers.celery.publish import batch_size
 
     n = args.fanout
     executor = CeleryExecutor(settings, "bench.graphs:fanout", graphs.fanout, app=app)

@@ -59,28 +59,22 @@ from bulksync.workers.celery.app import make_app
 from bulksync.workers.celery.claims import ClaimWatch, Survey, forget
 from bulksync.workers.celery.coordinator_saver import serve
 from bulksync.workers.celery.gatherer import Gatherer
-from bulksync.workers.celery.node_task import MESSAGE_HEADER
 from bulksync.workers.celery.progress import progress_chunk, waiting_queues, warn_waiting
-from bulksync.workers.celery.sent_events import SentEvents, publish_sent
+from bulksync.workers.celery.publish import (
+    Batch,
+    DirectPublisher,
+    Outgoing,
+    StepMessages,
+    batch_size,
+    send,
+)
 from bulksync.workers.execute import run_task
-from bulksync.workers.registry import task_name, walk_specs
+from bulksync.workers.registry import walk_specs
 
 log = logging.getLogger(__name__)
 
 _STOP_POLL = 0.05
 """Seconds between two looks at the claims of a cancelled step's running tasks."""
-
-
-def batch_size(count: int, settings: Settings, *, is_async: bool = False) -> int:
-    """Tasks per message for a fan-out of ``count`` tasks of one node.
-
-    About ``settings.target_messages`` messages (fewer for small fan-outs), at most
-    ``settings.max_batch`` tasks in each, or ``max_async_batch`` for an async node: a
-    worker runs a message's async tasks all at once, so more of them ride in one message
-    before messages must wait for a free pool slot.
-    """
-    most = settings.max_async_batch if is_async else settings.max_batch
-    return max(1, min(most, math.ceil(count / settings.target_messages)))
 
 
 class CeleryExecutor:
@@ -107,6 +101,7 @@ class CeleryExecutor:
         # busy waits. The gatherer holds one connection, whatever the number of steps.
         self.redis = redis_client(settings.redis_url, settings.redis_connections)
         self.gatherer = Gatherer(self.redis, settings)
+        self.direct = DirectPublisher.for_app(self.app, settings)
         self._paths = {id(spec): path for path, spec in walk_specs(graph)}
 
     def submit(
@@ -186,11 +181,17 @@ class CeleryStep:
 
     def start(self, path: tuple[str, ...]) -> None:
         """Store the step, deliver known results, publish the rest, start gathering."""
-        self.path = path
+        timeout = self.ex.default_timeout
+        self.addressed = StepMessages(
+            self.ex.graph_id, path, self.key, self.run_id, self.thread, timeout
+        )
         self.slots = {t: wire.slot(t, self.step) for t in self.tasks}
         self.watch = ClaimWatch(self.ex.settings, self.slots)
-        self._dispatch(list(self.tasks))
-        self.ex.gatherer.add(self)
+        try:
+            self._dispatch(list(self.tasks), joining=True)
+        except BaseException:
+            self.ex.gatherer.remove(self)
+            raise
 
     def _retry(self, call: Callable[[], Any], what: str) -> Any:
         """``call()``, retried while Redis is unreachable (up to ``retry_window`` s)."""
@@ -201,11 +202,15 @@ class CeleryStep:
             what=f"step {self.key}: {what}",
         )
 
-    def _dispatch(self, ids: list[str]) -> None:
+    def _dispatch(self, ids: list[str], *, joining: bool = False) -> None:
         """Store the step for ``ids``, deliver those with a result, publish the others.
 
-        One round trip stores the step and reads which tasks have a result already (a step
-        dispatched again after a restart); a fresh step publishes all of them.
+        One round trip stores the step, reads which tasks have a result already (a step
+        dispatched again after a restart), wakes the gatherer to gather the step when it is
+        ``joining``, and, on the direct path (``publish.py``), publishes the messages
+        of all ``ids``: a worker reports the result a task has instead of running it again.
+        Otherwise a fresh step's messages follow through ``send_task``, and only those of
+        the tasks without a result.
         """
         r = self.ex.redis
         tasks = [self.tasks[t] for t in ids]
@@ -213,9 +218,11 @@ class CeleryStep:
         mapping: dict[Any, Any] = {keys.STATE_FIELD: wire.dumps_state(self.step)}
         mapping.update({keys.task_input_field(t.id): wire.dumps_input(t.input, t) for t in tasks})
         mapping.update(self._batch_fields(batches))
+        direct = self._direct()
+        outgoing = self._outgoing(batches) if direct is not None else []
 
-        def store() -> list[Any]:  # every command sets a value: running it twice is harmless
-            pipe = r.pipeline(transaction=False)
+        def store() -> tuple[list[Any], bool]:  # a command run twice sets the same value,
+            pipe = r.pipeline(transaction=False)  # or publishes a copy a worker skips
             pipe.mget([keys.result(self.slots[t]) for t in ids])
             pipe.hset(keys.step(self.key), mapping=mapping)
             pipe.expire(keys.step(self.key), self.ex.settings.step_ttl)
@@ -223,28 +230,32 @@ class CeleryStep:
                 pipe.sadd(keys.run_inboxes(self.run_id), self.inbox)
                 pipe.expire(keys.run_inboxes(self.run_id), self.ex.settings.run_ttl)
                 pipe.exists(keys.cancel(self.run_id))
-            return pipe.execute()
+            flag = len(pipe) - 1 if self.run_id else None
+            if joining:
+                self.ex.gatherer.add(self, pipe)
+            if direct is not None:
+                direct.queue(pipe, outgoing)
+            replies = pipe.execute()
+            return replies[0], flag is not None and bool(replies[flag])
 
-        stored = self._retry(store, "store the step")
-        known = [res for res in stored[0] if res is not None]
-        cancelled = bool(stored[-1]) if self.run_id else False
+        results, cancelled = self._retry(store, "store the step")
+        known = [res for res in results if res is not None]
         todo = tasks
-        if known:  # some finished before: publish the others only, batched anew
-            finished = {t for t, res in zip(ids, stored[0], strict=True) if res is not None}
+        if known and direct is None:  # some finished before: publish the others, batched anew
+            finished = {t for t, res in zip(ids, results, strict=True) if res is not None}
             todo = [t for t in tasks if t.id not in finished]
             batches = self._batches(todo)
-            fields = self._batch_fields(batches)
-            if fields:
-                self._retry(lambda: r.hset(keys.step(self.key), mapping=fields), "store batches")
         for res in known:
             self._deliver(wire.loads_result(res))
         if cancelled:
             self.cancel()
         elif batches:
-            self._publish(self.path, batches)
+            if direct is None:
+                fields = self._batch_fields(batches) if known else {}
+                self._retry(lambda: self._publish(batches, fields), "publish the step")
             self._log_dispatch(todo, len(batches))
 
-    def _batch_fields(self, batches: list[tuple[str, str, list[Task]]]) -> dict[Any, Any]:
+    def _batch_fields(self, batches: list[Batch]) -> dict[Any, Any]:
         """The step-hash fields holding the descriptors of each message of several tasks: a
         message stays small at any width."""
         return {
@@ -280,7 +291,7 @@ class CeleryStep:
     def _describe(self, task: Task) -> wire.TaskDescriptor:
         return wire.TaskDescriptor.of(task, self.slots[task.id])
 
-    def _batches(self, todo: list[Task]) -> list[tuple[str, str, list[Task]]]:
+    def _batches(self, todo: list[Task]) -> list[Batch]:
         """``(node, message id, tasks)`` per message: a node's Send tasks several at a time."""
         by_node: dict[str, list[Task]] = defaultdict(list)
         for task in todo:
@@ -297,32 +308,32 @@ class CeleryStep:
                 out.append((node, uuid.uuid4().hex, group[i : i + size]))
         return out
 
-    def _publish(self, path: tuple[str, ...], batches: list[tuple[str, str, list[Task]]]) -> None:
-        thread = (self.step.config.get("configurable") or {}).get("thread_id", "")
-        sent = SentEvents()  # published together once the messages are out
-        with self.ex.app.producer_or_acquire() as producer:
-            for node, message_id, chunk in batches:
-                timeout = self.ex.default_timeout
-                with self._lock:
-                    self.messages[message_id] = [t.id for t in chunk]
-                descs: Any = (
-                    keys.batch_field(message_id)
-                    if len(chunk) > 1
-                    else [self._describe(t).pack() for t in chunk]
-                )
-                self.ex.app.send_task(
-                    task_name(self.ex.graph_id, path, node),
-                    args=[self.ex.graph_id, list(path), self.key, self.run_id, timeout, descs],
-                    task_id=message_id,
-                    queue=self._queue(chunk[0]),
-                    producer=producer,
-                    headers={MESSAGE_HEADER: self.ex.graph_id},
-                    argsrepr=_describe(self.run_id, thread, chunk),
-                    kwargsrepr="{}",
-                    time_limit=(timeout * len(chunk) + 10) if timeout else None,
-                    event_dispatcher=sent,
-                )
-            publish_sent(self.ex.app, producer, sent)
+    def _direct(self) -> DirectPublisher | None:
+        """The executor's direct publisher, while it may be used (``publish.py``)."""
+        direct = self.ex.direct
+        return direct if direct is not None and direct.usable() else None
+
+    def _outgoing(self, batches: list[Batch]) -> list[Outgoing]:
+        """The messages of ``batches``, each remembered with its tasks."""
+        with self._lock:
+            self.messages.update({m: [t.id for t in chunk] for _, m, chunk in batches})
+        return self.addressed.of(batches, self._describe, self._queue)
+
+    def _publish(self, batches: list[Batch], fields: dict[Any, Any]) -> None:
+        """Store the step-hash ``fields`` (batches' descriptors), then publish ``batches``:
+        in one round trip on the direct path, else through ``send_task`` (``publish.py``)."""
+        r, outgoing = self.ex.redis, self._outgoing(batches)
+        direct = self._direct()
+        if direct is not None:
+            pipe = r.pipeline(transaction=False)
+            if fields:
+                pipe.hset(keys.step(self.key), mapping=fields)
+            direct.queue(pipe, outgoing)
+            pipe.execute()
+            return
+        if fields:
+            r.hset(keys.step(self.key), mapping=fields)
+        send(self.ex.app, outgoing)
 
     # -- gather (called by the executor's gatherer) -----------------------------------------
 
@@ -455,12 +466,9 @@ class CeleryStep:
     def _republish(self, r: redis.Redis, tasks: list[Task]) -> None:
         """Publish ``tasks`` again; the step hash already holds their inputs."""
         batches = self._batches(tasks)
-        fields = self._batch_fields(batches)
         if not r.exists(keys.step(self.key)):
             return  # Redis lost the step: the gatherer's recovery dispatches it whole
-        if fields:
-            r.hset(keys.step(self.key), mapping=fields)
-        self._publish(self.path, batches)
+        self._publish(batches, self._batch_fields(batches))
 
     def _open(self) -> bool:
         with self._lock:
@@ -598,13 +606,3 @@ class CeleryStep:
             # terminate: a prefork worker stops the process running the message, freeing its
             # slot (thread pools cannot; their workers skip the run's remaining tasks).
             self.ex.app.control.revoke(ids, terminate=terminate)
-
-
-def _describe(run_id: str, thread: str, chunk: Sequence[Task]) -> str:
-    """What Flower shows for a message: ids, never the state."""
-    first = chunk[0]
-    tasks = first.id if len(chunk) == 1 else f"{first.id} +{len(chunk) - 1}"
-    return (
-        f"run={run_id or '-'} thread={thread or '-'} step={first.step} node={first.name} "
-        f"task={tasks}"
-    )

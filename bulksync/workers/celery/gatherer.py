@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import redis
 
 from bulksync import keys
-from bulksync.retry import is_transient_redis, retry
+from bulksync.retry import is_transient_redis
 from bulksync.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -94,8 +94,10 @@ class Gatherer:
         self._turn = 0
         self._joined = False  # a step joined since the gatherer's list was taken
 
-    def add(self, step: Gathered) -> None:
-        """Gather ``step``'s inbox from now on (its keys are stored already)."""
+    def add(self, step: Gathered, pipe: Any) -> None:
+        """Gather ``step``'s inbox from now on. The running thread is woken to list it by
+        commands queued on ``pipe``, the pipeline that stores the step (with none running,
+        one starts, and lists it in its first ``BLPOP``)."""
         with self._lock:
             self._steps[step.inbox] = step
             self._joined = True
@@ -104,25 +106,20 @@ class Gatherer:
                     target=self._run, name="bulksync-gatherer", daemon=True
                 )
                 self._thread.start()
-                return  # a new thread lists the inbox in its first BLPOP
-        retry(
-            self._wake,
-            transient=is_transient_redis,
-            window=self.settings.retry_window,
-            what="waking the gatherer",
-        )
+                return
+        pipe.rpush(self.wake_key, b"1")
+        pipe.expire(self.wake_key, self.settings.step_ttl)
+
+    def remove(self, step: Gathered) -> None:
+        """Stop gathering ``step`` (its dispatch failed: nothing of it is awaited)."""
+        with self._lock:
+            self._steps.pop(step.inbox, None)
 
     @property
     def steps(self) -> int:
         """How many steps are gathered now."""
         with self._lock:
             return len(self._steps)
-
-    def _wake(self) -> None:
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.rpush(self.wake_key, b"1")
-        pipe.expire(self.wake_key, self.settings.step_ttl)
-        pipe.execute()
 
     def _run(self) -> None:
         next_probe = time.monotonic() + self.settings.idle_wait

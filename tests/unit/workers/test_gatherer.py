@@ -112,6 +112,14 @@ def gatherer(fake: ScriptedRedis) -> Gatherer:
     return Gatherer(fake, settings)  # type: ignore[arg-type]
 
 
+def join(g: Gatherer, step: FakeStep) -> list[str]:
+    """Add ``step`` as a dispatch does: on the pipeline storing it, run then; its commands."""
+    pipe = g.redis.pipeline(transaction=False)
+    g.add(step, pipe)
+    pipe.execute()
+    return [name for name, _ in pipe.calls]  # type: ignore[attr-defined]
+
+
 def wait_closed(step: FakeStep) -> None:
     assert step.closed.wait(WAIT), f"step got only {step.received}"
 
@@ -124,7 +132,7 @@ def test_an_entry_taken_by_blpop_survives_a_failing_drain() -> None:
     )
     step = FakeStep("inbox:a", owed=2)
     g = gatherer(fake)
-    g.add(step)
+    join(g, step)
     wait_closed(step)
     assert step.received == [b"first", b"second"]
 
@@ -136,8 +144,8 @@ def test_one_thread_gathers_many_steps_and_drops_their_keys_when_done() -> None:
     )
     a, b = FakeStep("inbox:a", owed=2), FakeStep("inbox:b", owed=1)
     g = gatherer(fake)
-    g.add(a)
-    g.add(b)
+    join(g, a)
+    join(g, b)
     wait_closed(a)
     wait_closed(b)
     assert a.received == [b"a1", b"a2"]
@@ -156,7 +164,7 @@ def test_one_thread_gathers_many_steps_and_drops_their_keys_when_done() -> None:
 def test_redis_errors_delay_a_step_and_never_end_the_gatherer(error: Exception) -> None:
     fake = ScriptedRedis(blpops=[error, error, (b"inbox:a", b"late")], lpops=[])
     step = FakeStep("inbox:a", owed=1)
-    gatherer(fake).add(step)
+    join(gatherer(fake), step)
     wait_closed(step)
     assert step.received == [b"late"]
 
@@ -205,10 +213,29 @@ def test_the_claims_of_every_step_due_are_asked_in_one_round_trip() -> None:
     steps = [SurveyedStep(f"inbox:{n}", reads, armed) for n, reads in enumerate((3, 0, 2))]
     g = gatherer(fake)
     for step in steps:
-        g.add(step)
+        join(g, step)
     armed.set()  # all three are due from now on
     for step in steps:
         wait_closed(step)
     # Each step got its own replies (three, none, two), all asked in one pipeline.
     assert [[len(r) for r in s.heard[:2]] for s in steps] == [[3, 3], [0, 0], [2, 2]]
     assert 5 in executes
+
+
+def test_a_step_joining_a_running_gatherer_wakes_it_on_the_pipeline_storing_the_step() -> None:
+    fake = ScriptedRedis(blpops=[(b"inbox:a", b"a1"), (b"inbox:b", b"b1")], lpops=[None, None])
+    a, b = FakeStep("inbox:a", owed=1), FakeStep("inbox:b", owed=1)
+    g = gatherer(fake)
+    assert join(g, a) == []  # the thread it starts lists the inbox in its first BLPOP
+    assert join(g, b) == ["rpush", "expire"]  # the wake-up, run with the step's commands
+    wait_closed(a)
+    wait_closed(b)
+
+
+def test_a_removed_step_is_not_gathered() -> None:
+    fake = ScriptedRedis(blpops=[], lpops=[])
+    g = gatherer(fake)
+    step = FakeStep("inbox:a", owed=1)
+    join(g, step)
+    g.remove(step)
+    assert g.steps == 0
