@@ -223,11 +223,12 @@ def test_the_claims_of_every_step_due_are_asked_in_one_round_trip() -> None:
 
 
 def test_a_step_joining_a_running_gatherer_wakes_it_on_the_pipeline_storing_the_step() -> None:
-    fake = ScriptedRedis(blpops=[(b"inbox:a", b"a1"), (b"inbox:b", b"b1")], lpops=[None, None])
+    fake = ScriptedRedis(blpops=[], lpops=[None, None])
     a, b = FakeStep("inbox:a", owed=1), FakeStep("inbox:b", owed=1)
     g = gatherer(fake)
     assert join(g, a) == []  # the thread it starts lists the inbox in its first BLPOP
     assert join(g, b) == ["rpush", "expire"]  # the wake-up, run with the step's commands
+    fake.blpops.extend([(b"inbox:a", b"a1"), (b"inbox:b", b"b1")])  # both are listed now
     wait_closed(a)
     wait_closed(b)
 
