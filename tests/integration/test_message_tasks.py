@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
 import pytest
+import redis
 
 from bulksync.graph import START, StateGraph
 from bulksync.types import Send
@@ -136,10 +137,57 @@ def test_quick_tasks_record_each_result_with_the_next_claim(
     finally:
         runtime._clients, runtime._claims, runtime._recorders = kept
         counting.close()
-    # The input's step: one task (read, claim, record). The fan-out: reading the step and
-    # the message's tasks, a claim per task (each with the result of the one before), the
-    # last result; not a claim and a record per task.
-    assert counting.trips == 3 + 2 + TASKS + 1
+    # The input's step: one task (read with its claim, record). The fan-out: the message's
+    # tasks, reading the step with the first claim, a claim per other task (each with the
+    # result of the one before), the last result; not a claim and a record per task.
+    assert counting.trips == 2 + 2 + (TASKS - 1) + 1
+
+
+class FailingRead(CountingRedis):
+    """Fails, before sending it, the first pipeline that reads a step and claims a task."""
+
+    failed = False
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        execute = pipe.execute
+
+        def fail_once(raise_on_error: bool = True) -> Any:
+            names = {str(args[0]).upper() for args, _ in pipe.command_stack}
+            if not self.failed and "HMGET" in names and names & {"EVAL", "EVALSHA"}:
+                self.failed = True
+                pipe.reset()
+                raise redis.ConnectionError("connection reset (injected)")
+            return execute(raise_on_error)
+
+        pipe.execute = fail_once
+        return pipe
+
+
+def test_a_task_claimed_with_the_step_read_still_runs_when_that_read_fails(
+    cluster: Any, redis_url: str
+) -> None:
+    runtime, pid = cluster.runtime, os.getpid()
+    failing = FailingRead.from_url(redis_url)
+    kept = runtime._clients, runtime._claims, runtime._recorders
+    runtime._clients, runtime._claims, runtime._recorders = {pid: failing}, {}, {}
+    runs = []
+    try:
+
+        def work(state: State) -> dict[str, Any]:
+            runs.append(1)
+            return {"out": [1]}
+
+        b = StateGraph(State)
+        b.add_node("work", work)
+        b.add_edge(START, "work")
+        graph = cluster.attach(b.compile())
+        assert graph.invoke({"out": []}) == {"out": [1]}
+    finally:
+        runtime._clients, runtime._claims, runtime._recorders = kept
+        failing.close()
+    assert failing.failed  # the read with the claim failed; the plain read and a claim ran
+    assert runs == [1]
 
 
 def test_sync_tasks_that_compute_run_one_by_one(cluster: Any) -> None:

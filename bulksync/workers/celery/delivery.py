@@ -4,12 +4,14 @@ A task runs only under its claim (``claims.py``), and its result is recorded wit
 that also drops the claim (``recorder.py``). The tasks of one message run at once when they
 wait (model and tool calls):
 
-- async ones are claimed together in one round trip and all run on the process's event loop,
-  no thread waiting for any of them; results that finish together are recorded together;
-- sync ones run one by one while they are quick, each result recorded in the round trip that
-  claims the next task, which is cheapest; once one of them took ``parallel_after`` while its
-  thread mostly waited, the rest run at once on the process's task threads. Tasks that
-  compute run one by one whatever they take: threads of one process would only share its GIL.
+- async ones are claimed together in the round trip that reads the step, and all run on the
+  process's event loop, no thread waiting for any of them; results that finish together are
+  recorded together;
+- sync ones run one by one while they are quick, the first claimed with the step's read, each
+  result recorded in the round trip that claims the next task, which is cheapest; once one
+  of them took ``parallel_after`` while its thread mostly waited, the rest run at once on the
+  process's task threads. Tasks that compute run one by one whatever they take: threads of
+  one process would only share its GIL.
 
 Tasks not started when the run was cancelled are not run.
 """
@@ -27,7 +29,9 @@ import redis
 
 from bulksync import keys
 from bulksync.coordinator.executor import StepLive, TaskResult
+from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import TaskTimeoutError, WorkerLostError
+from bulksync.settings import Settings
 from bulksync.workers import wire
 from bulksync.workers.celery import claims
 from bulksync.workers.celery.claims import Held
@@ -63,6 +67,27 @@ class Ran:
     record: Record
 
 
+def first_claims(
+    descs: Sequence[wire.TaskDescriptor], spec: GraphSpec, settings: Settings
+) -> Sequence[wire.TaskDescriptor]:
+    """The tasks of a message a delivery claims first, all at once: asked for in the round
+    trip that reads the step (``Delivery(claimed=...)``). Every async task when they run at
+    once, else the first task."""
+    if not descs:
+        return []
+    if spec.nodes[descs[0].node].is_async and settings.task_threads > 1:
+        return descs
+    return descs[:1]
+
+
+def release_unused(keeper: claims.ClaimKeeper, claimed: dict[str, Any]) -> None:
+    """Drop the claims taken in advance for tasks this delivery did not run."""
+    for slot, reply in claimed.items():
+        if int(reply) > 0:
+            keeper.release(Held(keys.claim(slot), keeper.token))
+    claimed.clear()
+
+
 class Delivery:
     """The tasks of one message of step ``step_key`` (of run ``run_id``) on this worker."""
 
@@ -74,6 +99,7 @@ class Delivery:
         timeout: float | None,
         step: RemoteStep,
         live: StepLive,
+        claimed: dict[str, Any] | None = None,
     ) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
@@ -84,11 +110,15 @@ class Delivery:
         self.live = live
         self.keeper = runtime.claims()
         self.recorder = runtime.recorder()
+        self._claimed = dict(claimed or {})  # slot -> the reply to its claim, asked already
 
     def run(self, todo: list[Todo], is_async: bool) -> list[tuple[Todo, Any]]:
         """``(task, answer)`` for ``todo``, in their order: the task's error (or None), or
         ``SKIPPED``; tasks the run's cancel kept from starting are left out."""
-        return self._run_async(todo) if is_async else self._run_sync(todo)
+        try:
+            return self._run_async(todo) if is_async else self._run_sync(todo)
+        finally:
+            release_unused(self.keeper, self._claimed)
 
     # -- claims ---------------------------------------------------------------------------
 
@@ -110,6 +140,9 @@ class Delivery:
                 raise
             self.recorder.written(after, replies[: len(after)])
             found = self.keeper.verdicts(slots, self.run_id, replies[len(after) :])
+        elif all(slot in self._claimed for slot in slots):  # asked with the step's read
+            replies = [self._claimed.pop(slot) for slot in slots]
+            found = self.keeper.verdicts(slots, self.run_id, replies)
         else:
             found = self.keeper.claim_many(slots, self.run_id)
         answers: list[Any] = []

@@ -40,7 +40,7 @@ from bulksync.workers import wire
 from bulksync.workers.celery import claims
 from bulksync.workers.celery.claims import Held
 from bulksync.workers.celery.coordinator_saver import CoordinatorSaver
-from bulksync.workers.celery.delivery import SKIPPED, Delivery
+from bulksync.workers.celery.delivery import SKIPPED, Delivery, first_claims, release_unused
 from bulksync.workers.celery.recorder import Record, Recorder
 from bulksync.workers.celery.stopper import TaskStopper
 from bulksync.workers.registry import GraphRegistry, task_name, walk_specs
@@ -102,8 +102,10 @@ class WorkerRuntime:
         spec = self.registry.spec(graph_id, path)
         r = self.redis()
         descs = self.descriptors(step_key, descs)
+        keeper = self.claims()
+        first = first_claims(descs, spec, self.settings)
 
-        def read() -> list[Any]:
+        def read(claiming: Sequence[wire.TaskDescriptor]) -> list[Any]:
             pipe = r.pipeline(transaction=False)
             pipe.exists(keys.cancel(run_id))
             pipe.hmget(
@@ -111,10 +113,23 @@ class WorkerRuntime:
                 [keys.STATE_FIELD, *(keys.task_input_field(d.id) for d in descs)],
             )
             pipe.mget([keys.result(d.slot) for d in descs])
+            keeper.ask(pipe, [d.slot for d in claiming], run_id)
             return pipe.execute()
 
-        cancelled, fields, known = self.retry(read, f"reading step {step_key}")
+        # The first claims ride along, once: retried, a claim whose reply was lost would come
+        # back held by this very process. After a failure the step is read again without
+        # them, and the tasks are claimed as they run (a claim the failed read took expires,
+        # and the coordinator publishes its task again, as after any lost claim).
+        try:
+            cancelled, fields, known, *replies = read(first)
+        except redis.RedisError as exc:
+            if not is_transient_redis(exc):
+                raise
+            first, replies = [], []
+            cancelled, fields, known = self.retry(lambda: read(()), f"reading step {step_key}")
+        claimed = {d.slot: reply for d, reply in zip(first, replies, strict=True)}
         if cancelled or fields[0] is None:
+            release_unused(keeper, claimed)
             return 0  # the run was cancelled, or the step is over: nobody waits for results
         step = self._state(step_key, spec, fields[0])
 
@@ -131,7 +146,8 @@ class WorkerRuntime:
                 finished.append(Record(step_key, desc.slot, result))
         self.recorder().write(finished)
         is_async = bool(todo) and spec.nodes[todo[0][0].node].is_async
-        answers = Delivery(self, step_key, run_id, timeout, step, live).run(todo, is_async)
+        delivery = Delivery(self, step_key, run_id, timeout, step, live, claimed)
+        answers = delivery.run(todo, is_async)
 
         ran = 0
         failed: list[tuple[wire.TaskDescriptor, BaseException]] = []
