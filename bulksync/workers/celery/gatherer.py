@@ -2,18 +2,22 @@
 
 A step's tasks report to its inbox (``keys.inbox``). Rather than one thread and one held
 Redis connection per waiting step (a thousand runs would need a thousand connections, past
-any pool's cap), an executor's :class:`Gatherer` runs one ``BLPOP`` over all live inboxes,
+any pool's cap), an executor's :class:`Gatherer` runs one ``BLMPOP`` over all live inboxes,
 plus a wake-up list (``keys.gatherer_wake``) that a joining step pushes to, so the next
-``BLPOP`` includes its inbox. The inboxes are listed in a rotating order, since ``BLPOP``
-serves the first non-empty list it is given: no busy step starves another.
+``BLMPOP`` includes its inbox. One call takes every entry an inbox has (up to
+``drain_size``), or every wake-up queued. The inboxes are listed in a rotating order, since
+``BLMPOP`` serves the first non-empty list it is given: no busy step starves another. A Redis
+before 7.0 has no ``BLMPOP``: there the gatherer takes one entry with ``BLPOP``, then the rest
+of that inbox with ``LPOP``.
 
-**Nothing taken is lost.** An entry taken by ``BLPOP`` is handed to its step before anything
-else is asked of Redis; the rest of that inbox is drained after, and a failure there leaves
-the rest in Redis for the next turn. A reply lost with its connection (Redis pops the entry,
-the socket drops before it arrives) cannot be taken back, so every ``idle_wait`` seconds the
-gatherer probes the steps it heard nothing from in that time: a result recorded in its slot
-(``keys.result``) but never seen in the inbox is delivered from there (first result wins, so
-a duplicate changes nothing), and a step whose keys Redis lost is dispatched again.
+**Nothing taken is lost.** Entries taken are handed to their step before anything else is
+asked of Redis (with ``BLPOP``, the first entry before the rest is drained; a failure there
+leaves the rest in Redis for the next turn). A reply lost with its connection (Redis pops the
+entries, the socket drops before they arrive) cannot be taken back, so every ``idle_wait``
+seconds the gatherer probes the steps it heard nothing from in that time: a result recorded
+in its slot (``keys.result``) but never seen in the inbox is delivered from there (first
+result wins, so a duplicate changes nothing), and a step whose keys Redis lost is dispatched
+again.
 
 Task deadlines, claim surveys and dropping finished steps look at every step, so they are
 done at most every ``CHORES`` seconds rather than after each report, and take at most a
@@ -93,6 +97,7 @@ class Gatherer:
         self._thread: threading.Thread | None = None
         self._turn = 0
         self._joined = False  # a step joined since the gatherer's list was taken
+        self._multi_pop = True  # BLMPOP, until Redis says it has none (before 7.0)
 
     def add(self, step: Gathered, pipe: Any) -> None:
         """Gather ``step``'s inbox from now on. The running thread is woken to list it by
@@ -167,12 +172,27 @@ class Gatherer:
             return list(self._steps.values())
 
     def _turn_once(self, steps: list[Gathered], until: float) -> None:
-        """Block until some inbox has an entry (or ``until``, when chores are due); handle
-        it."""
+        """Block until some inbox has entries (or ``until``, when chores are due); hand
+        them to their step."""
         wait = max(0.01, min(until - time.monotonic(), self.settings.idle_wait))
         self._turn = (self._turn + 1) % len(steps)
-        inboxes = [s.inbox for s in steps[self._turn :] + steps[: self._turn]]
-        item: Any = self.redis.blpop([self.wake_key, *inboxes], timeout=wait)
+        lists = [self.wake_key, *(s.inbox for s in steps[self._turn :] + steps[: self._turn])]
+        count = self.settings.drain_size
+        if self._multi_pop:
+            try:
+                found: Any = self.redis.blmpop(
+                    wait, len(lists), *lists, direction="LEFT", count=count
+                )
+            except redis.ResponseError as exc:
+                if "unknown command" not in str(exc).lower():
+                    raise
+                log.info("gatherer: this Redis has no BLMPOP (before 7.0): BLPOP, then LPOP")
+                self._multi_pop = False
+                return
+            if found is not None:  # every wake-up queued, or the entries of one inbox
+                self._hand(found[0].decode(), found[1])
+            return
+        item: Any = self.redis.blpop(lists, timeout=wait)
         if item is None:
             return
         name = item[0].decode()
@@ -181,14 +201,20 @@ class Gatherer:
             # wake-ups queued meanwhile say nothing new.
             self.redis.delete(self.wake_key)
             return
+        step = self._hand(name, [item[1]])  # first, so no later failure loses what BLPOP took
+        if step is not None:
+            rest: Any = self.redis.lpop(name, count)
+            if rest:
+                step.receive(rest)
+
+    def _hand(self, name: str, entries: list[bytes]) -> Gathered | None:
+        """Give ``entries`` taken from list ``name`` to its step (a wake-up's are dropped:
+        the next turn lists every step added before them); that step, if any."""
         with self._lock:
             step = self._steps.get(name)
-        if step is None:
-            return
-        step.receive([item[1]])  # first, so no later failure can lose what BLPOP took
-        rest: Any = self.redis.lpop(name, self.settings.drain_size)
-        if rest:
-            step.receive(rest)
+        if step is not None:
+            step.receive(entries)
+        return step
 
     def _survey_claims(self, steps: list[Gathered]) -> None:
         """Look at the claims of every step due a look, in one round trip."""

@@ -36,7 +36,8 @@ class FakePipe:
 
 
 class ScriptedRedis:
-    """``blpop``/``lpop`` answer from scripts (a callable per call; an exception is raised)."""
+    """``blpop``/``lpop`` answer from scripts (a callable per call; an exception is raised),
+    as a Redis before 7.0 would: it has no ``BLMPOP``."""
 
     def __init__(self, blpops: list[Any], lpops: list[Any]) -> None:
         self.blpops = blpops
@@ -58,9 +59,14 @@ class ScriptedRedis:
         return answer
 
     def lpop(self, name: str, count: int) -> Any:
+        self.executed.append(("lpop", (name,)))
         return self._next(self.lpops)
 
+    def blmpop(self, timeout: float, numkeys: int, *names: str, **_: Any) -> Any:
+        raise redis.ResponseError("unknown command 'BLMPOP', with args beginning with: ")
+
     def delete(self, *names: str) -> int:
+        self.executed.append(("delete", names))
         return 0
 
     def pipeline(self, transaction: bool = False) -> FakePipe:
@@ -240,3 +246,33 @@ def test_a_removed_step_is_not_gathered() -> None:
     join(g, step)
     g.remove(step)
     assert g.steps == 0
+
+
+class MultiPopRedis(ScriptedRedis):
+    """A Redis 7: ``blmpop`` answers from a script of ``(list, entries)``."""
+
+    def __init__(self) -> None:
+        super().__init__(blpops=[], lpops=[])
+        self.blmpops: list[Any] = []
+
+    def blmpop(self, timeout: float, numkeys: int, *names: str, **_: Any) -> Any:
+        answer = self._next(self.blmpops)
+        if answer is None:
+            time.sleep(min(timeout, 0.01))
+        return answer
+
+    def blpop(self, names: Sequence[str], timeout: float) -> Any:
+        raise AssertionError("BLPOP on a Redis that has BLMPOP")
+
+
+def test_one_blmpop_takes_every_wake_up_or_every_entry_of_an_inbox() -> None:
+    fake = MultiPopRedis()
+    a = FakeStep("inbox:a", owed=3)
+    g = gatherer(fake)
+    join(g, a)
+    wake = g.wake_key.encode()
+    fake.blmpops.extend([(wake, [b"1", b"1"]), (b"inbox:a", [b"a1", b"a2", b"a3"])])
+    wait_closed(a)
+    assert a.received == [b"a1", b"a2", b"a3"]
+    # Nothing left to drain, no wake-up left to delete: no other command was needed.
+    assert not [name for name, _ in fake.executed if name in ("lpop", "delete")]
