@@ -89,6 +89,10 @@ class Calls:
         self._index = itertools.count()
         self._running: list[concurrent.futures.Future[Any]] = []
 
+    def ended(self) -> bool:
+        """Whether every call started has ended (``join`` would not wait)."""
+        return all(future.done() for future in self._running)
+
     def join(self) -> tuple[CallRecord, ...]:
         """Wait for this task's calls still running on threads; every call that ended.
 

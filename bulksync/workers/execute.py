@@ -88,6 +88,8 @@ class _Wait:
 
     awaitable: Awaitable[Any] | None = None
     call: Callable[[], Any] | None = None
+    ready: Callable[[], bool] | None = None
+    """True when ``call`` would return at once: then it is made here, on no thread."""
 
     def block(self) -> Any:
         """Wait on this thread: the coroutine on the caller scope's loop or one of its own."""
@@ -103,10 +105,18 @@ class _Wait:
             scope = current_scope()
             return await (self.awaitable if scope is None else scope.track(self.awaitable))
         assert self.call is not None
+        if self.ready is not None and self.ready():
+            return self.call()
         return await asyncio.to_thread(self.call)
 
 
 _Steps = Generator[_Wait, Any, TaskResult]
+
+
+def _joined(calls: Calls) -> _Wait:
+    """Waiting for a task's ``@task`` calls to end: on a thread only while some still run
+    (an async node's task waits on its event loop)."""
+    return _Wait(call=calls.join, ready=calls.ended)
 
 
 def _attempt(
@@ -237,7 +247,7 @@ def _task_steps(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) ->
                 task.id,
                 tuple(_sent(resumes) + writes),
                 took_null_resume=null_resume.taken,
-                calls=(yield _Wait(call=calls.join)),
+                calls=(yield _joined(calls)),
                 handled_by=handled_by,
             )
         except GraphInterrupt as exc:
@@ -247,7 +257,7 @@ def _task_steps(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) ->
                 interrupts=exc.interrupts,
                 interrupted=True,
                 took_null_resume=null_resume.taken,
-                calls=(yield _Wait(call=calls.join)),
+                calls=(yield _joined(calls)),
             )
         except ParentCommand as exc:
             return TaskResult(task.id, (), error=exc, took_null_resume=null_resume.taken)
@@ -258,7 +268,7 @@ def _task_steps(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) ->
             # Raised by the node's own code (nothing cancelled it): a failure of the node.
             error = NodeCancelledError(task.name)
             error.__cause__ = exc
-            return _failed(task, error, null_resume, (yield _Wait(call=calls.join)))
+            return _failed(task, error, null_resume, (yield _joined(calls)))
         except Exception as exc:
             policy = next((p for p in node.retry_policy if p.should_retry(exc)), None)
             if policy is None or attempt >= policy.max_attempts:
@@ -269,15 +279,15 @@ def _task_steps(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) ->
                     # A crashed handler: the node's failure is kept, so that a resumed run
                     # runs the handler again, not the node.
                     kept = () if node_error is None else (_failure_write(node_error),)
-                    done = yield _Wait(call=calls.join)
+                    done = yield _joined(calls)
                     return _failed(task, exc, null_resume, done, kept)
                 # Failed for good: the node's error handler runs in its place, with its
                 # own retries; its update or Command is written as the node's.
-                yield _Wait(call=calls.join)
+                yield _joined(calls)
                 node_error, handled_by, attempt = NodeError(node.name, exc), handler.name, 0
                 node = _handler_in_place(node)
                 continue
-            yield _Wait(call=calls.join)  # the failed attempt's calls end before the next
+            yield _joined(calls)  # the failed attempt's calls end before the next
             yield _Wait(call=functools.partial(time.sleep, policy.delay(attempt)))  # backoff
 
 

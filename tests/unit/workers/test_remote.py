@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypedDict
+
+import pytest
 
 from bulksync.config import get_stream_writer
 from bulksync.constants import PULL
@@ -74,3 +77,31 @@ def test_a_failed_task_is_reported_but_not_kept() -> None:
     assert outcome.keep is False
     error = wire.loads_result(outcome.data).error
     assert isinstance(error, ValueError) and "no good" in str(error)
+
+
+def test_an_async_task_with_no_call_running_ends_on_its_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Joining a task's ``@task`` calls blocks: a thread does it, but only while some run."""
+    hops: list[Any] = []
+    real = asyncio.to_thread
+
+    async def counted(func: Any, *args: Any) -> Any:
+        hops.append(func)
+        return await real(func, *args)
+
+    async def halve(state: State) -> State:
+        await asyncio.sleep(0)
+        return {"x": state["x"] // 2}
+
+    builder = StateGraph(State)
+    builder.add_node("halve", halve)
+    builder.add_edge(START, "halve")
+    builder.add_edge("halve", END)
+    _, desc, data = encoded_task("halve")
+    remote = RemoteStep(builder.compile().spec, step_bytes())
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    live = remote.live(lambda *e: None)
+    outcome = asyncio.run(remote.arun(wire.loads_descriptor(desc), data, live))
+    assert ("x", 1) in wire.loads_result(outcome.data).writes
+    assert hops == []
