@@ -355,6 +355,14 @@ class Settings:
         "other tasks run at once rather than one by one",
         unit="seconds",
     )
+    full_gc_after: int = setting(
+        100,
+        group="worker",
+        doc="collections of the middle garbage generation of a worker process between two "
+        "full ones, which walk every live object: thousands of async tasks in flight make "
+        "them the largest cost of a wide fan-out (Python's own: 10)",
+        unit="collections",
+    )
 
     # -- api: the HTTP API (`bulksync api`) -------------------------------------------------
     api_keys: str | None = setting(

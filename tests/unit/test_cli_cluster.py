@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 
 import pytest
@@ -173,3 +174,16 @@ def test_to_json_shows_what_json_lacks() -> None:
         "at": "2024-01-02T03:04:05",
         "other": "<class 'object'>",
     }
+
+
+def test_a_worker_collects_its_oldest_garbage_after_the_collections_set() -> None:
+    from bulksync.cli.worker import tune_gc
+    from bulksync.settings import Settings
+
+    kept = gc.get_threshold()
+    try:
+        tune_gc(Settings(full_gc_after=250))
+        assert gc.get_threshold() == (kept[0], kept[1], 250)
+    finally:
+        gc.set_threshold(*kept)
+    assert Settings().full_gc_after == 100  # ten times rarer than Python's own
