@@ -23,6 +23,8 @@ measures, interleaving the contenders round by round:
 6. a ``--cpu``-way fan-out of tasks that each compute ``--cpu-work`` seconds of CPU, on the
    ``--workers`` prefork workers, vs in-process LangGraph (its threads share one GIL) and the
    physical limit of one task per worker process;
+7. a wide fan-out: ``--wide`` async tasks that wait ``--wide-wait`` seconds (model calls), on
+   part 3's workers, vs in-process LangGraph async;
 5. checkpoint storage of a ``--chat``-message conversation (one 200-byte message a step,
    ``operator.add``, durability sync) in bulksync's ``PostgresSaver`` vs LangGraph's: the
    bytes the last step added, the bytes per step on average, and the time to read the
@@ -31,8 +33,8 @@ measures, interleaving the contenders round by round:
 It prints the command to reproduce, the machine, every figure and the ratios, and stops the
 workers at the end, on errors and on Ctrl-C. Service URLs come from ``BULKSYNC_*`` variables
 (the database defaults to the local ``test`` database). A ``--fanout 0``, ``--steps 0``,
-``--io 0``, ``--e2e 0``, ``--cpu 0`` or ``--chat 0`` skips that part (``--runs 0`` part 4's
-second half).
+``--io 0``, ``--wide 0``, ``--e2e 0``, ``--cpu 0`` or ``--chat 0`` skips that part (``--runs
+0`` part 4's second half).
 """
 
 from __future__ import annotations
@@ -104,6 +106,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="threads of each part-3 worker, --pool threads (default 50)",
     )
     parser.add_argument(
+        "--wide",
+        type=count,
+        default=10_000,
+        help="async Send tasks of the wide fan-out, part 7, on part 3's workers (default 10000)",
+    )
+    parser.add_argument(
+        "--wide-wait", type=float, default=1.0, help="seconds each waits (default 1)"
+    )
+    parser.add_argument(
         "--e2e", type=count, default=20, help="whole runs one after another, part 4 (default 20)"
     )
     parser.add_argument(
@@ -142,6 +153,7 @@ def reproduce(args: argparse.Namespace) -> str:
     flags = ["--fanout", args.fanout, "--steps", args.steps, "--workers", args.workers]
     flags += ["--repeat", args.repeat, "--warmup", args.warmup]
     flags += ["--io", args.io, "--io-wait", args.io_wait, "--io-concurrency", args.io_concurrency]
+    flags += ["--wide", args.wide, "--wide-wait", args.wide_wait]
     flags += ["--e2e", args.e2e, "--runs", args.runs, "--chat", args.chat]
     flags += ["--cpu", args.cpu, "--cpu-work", args.cpu_work]
     return " ".join([*env, "python -m bench.run", *map(str, flags)])
@@ -282,6 +294,39 @@ def run_waiting(args: argparse.Namespace, settings: Settings, app: Any) -> dict[
     ratio("bulksync sync / physical limit", bs_sync, bound, "issue 10 target: <= 1.15")
     ratio("bulksync sync / LangGraph max_concurrency=100", bs_sync, lg_tuned, "target: <= 0.67")
     ratio("bulksync async / LangGraph async", bs_async, lg_aio, "target: < 1.00")
+    return timings
+
+
+def run_wide(args: argparse.Namespace, settings: Settings, app: Any) -> dict[str, Timing]:
+    """Part 7: a fan-out of many async tasks that wait (model calls), on part 3's workers."""
+    from bulksync.workers.celery.executor import CeleryExecutor
+
+    n, seconds = args.wide, args.wide_wait
+    given = graphs.waiting_input(n, seconds)
+    lg_async = graphs.waiting_builder(graphs.langgraph_api(), graphs.await_).compile()
+    executor = CeleryExecutor(settings, "bench.graphs:aio_fanout", graphs.aio_fanout, app=app)
+    print(
+        f"\n7. fan-out of {n} async Send tasks that each wait {seconds:g} s: wall time of one "
+        f"run, median of {args.repeat}\n   (part 3's workers)"
+    )
+    timings = compare(
+        {
+            "bulksync, async nodes (asyncio.sleep)": graph_fanout(
+                graphs.aio_fanout.with_executor(executor), n, given
+            ),
+            "LangGraph in-process async (ainvoke)": graph_fanout(lg_async, n, given, awaited=True),
+        },
+        args.repeat,
+        args.warmup,
+    )
+    show(timings)
+    bs, lg = timings.values()
+    print("  ratios of medians (time; lower is better for bulksync):")
+    ratio("bulksync / the wait itself", bs, Timing("wait", [seconds]), "(context)")
+    ratio("bulksync / LangGraph async", bs, lg, "(context)")
+    target = "issue 10 target: <= 2.00 s" if (n, seconds) == (10_000, 1.0) else "(context)"
+    print(f"  {'bulksync, median':<44} {bs.median:7.2f} s {target}")
+    executor.redis.close()
     return timings
 
 
@@ -546,15 +591,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 run_end_to_end(args, settings, app)
             if args.cpu:
                 run_computing(args, settings, app)
-        if args.io:
+        if args.io or args.wide:
             waiting = dataclasses.replace(settings, queue=f"{settings.queue}-io")
             io_workers = Workers(
                 waiting, app, args.workers, concurrency=args.io_concurrency, pool="threads"
             )
             try:
                 with io_workers:
-                    print(f"\nworkers for part 3: {io_workers.describe()}")
-                    run_waiting(args, waiting, app)
+                    print(f"\nworkers for parts 3 and 7: {io_workers.describe()}")
+                    if args.io:
+                        run_waiting(args, waiting, app)
+                    if args.wide:
+                        run_wide(args, waiting, app)
             finally:
                 delete_queue(app, waiting.queue)
         if args.chat:
