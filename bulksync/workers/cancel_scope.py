@@ -69,7 +69,7 @@ class CancelScope:
         deadline = time.monotonic() + STOP_WAIT
         for running in tasks:
             if not running.on_this_thread():  # (a coroutine cannot wait for itself)
-                running.ended.wait(max(0.0, deadline - time.monotonic()))
+                running.wait(max(0.0, deadline - time.monotonic()))
 
     def on_cancel(self, stop: Callable[[], object]) -> None:
         """Call ``stop`` when this scope is cancelled (now, if it is already)."""
@@ -116,7 +116,7 @@ class CancelScope:
         finally:
             with self._lock:
                 self._tasks.discard(entry)
-            entry.ended.set()
+            entry.end()
 
 
 class _Running:
@@ -125,7 +125,19 @@ class _Running:
     def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
         self.loop = loop
         self.task = task
-        self.ended = threading.Event()
+        # Held until the coroutine ends: a lock costs a fraction of an Event, and each async
+        # node's task makes one.
+        self._running = threading.Lock()
+        self._running.acquire()
+
+    def end(self) -> None:
+        """The coroutine ended."""
+        self._running.release()
+
+    def wait(self, timeout: float) -> None:
+        """Wait until the coroutine has ended (``timeout`` seconds at most)."""
+        if self._running.acquire(timeout=timeout):
+            self._running.release()
 
     def on_this_thread(self) -> bool:
         try:

@@ -533,6 +533,8 @@ class CeleryStep:
                 self.deadlines.setdefault(task_id, time.monotonic() + timeout)
 
     def _next_deadline_wait(self) -> float:
+        if not self.deadlines:  # no task time limit, or no task started yet
+            return self.ex.settings.idle_wait
         with self._lock:
             live = [self.deadlines[t] for t in self.pending if t in self.deadlines]
         if not live:
@@ -540,6 +542,8 @@ class CeleryStep:
         return max(0.01, min(live) - time.monotonic())
 
     def _expire(self) -> None:
+        if not self.deadlines:  # (looked at by the gatherer's chores, every step each time)
+            return
         now = time.monotonic()
         with self._lock:
             late = [t for t in self.pending if self.deadlines.get(t, math.inf) <= now]
