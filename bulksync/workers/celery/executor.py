@@ -1,13 +1,13 @@
 """The cluster executor: a step's tasks as Celery messages, their results gathered from Redis.
 
 ``submit`` puts the step into Redis once (the claim check: one hash with the shared state
-and each task's input), publishes the tasks over one producer connection — a node's small
-Send tasks several per message — and hands the step to the executor's one gatherer
-(``gatherer.py``), which blocks on every live step's inbox at once (``BLPOP``; no polling,
-no connection held per step) and delivers results and custom events in arrival order. Tasks
-that already have a recorded result (a coordinator restarted mid-step) are delivered from
-Redis instead of running again. Storing the step is retried through a Redis outage of up to
-``retry_window`` seconds.
+and each task's input), publishes the tasks — a node's small Send tasks several per message;
+into a Redis broker in the same round trip, else through Celery (``publish.py``) — and hands
+the step to the executor's one gatherer (``gatherer.py``), which blocks on every live step's
+inbox at once (``BLMPOP``; no polling, no connection held per step) and delivers results and
+custom events in arrival order. Tasks that already have a recorded result (a coordinator
+restarted mid-step) are delivered from Redis instead of running again. Storing the step is
+retried through a Redis outage of up to ``retry_window`` seconds.
 
 A task that runs longer than the executor's task time limit (``default_timeout``, else the
 ``task_timeout`` setting; counted from when a worker starts it, not while it waits in a queue)
