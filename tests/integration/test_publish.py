@@ -109,17 +109,23 @@ def test_a_message_written_directly_is_the_one_send_task_writes(own_queue: Setti
     assert direct_events[0]["queue"] == own_queue.queue
 
 
-def test_with_nothing_listening_a_step_is_published_without_send_task(
-    cluster: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    class State(TypedDict):
-        n: int
+class Count(TypedDict):
+    n: int
 
-    builder = StateGraph(State)
+
+def one_step(cluster: Any) -> Any:
+    """``START`` -> ``inc`` -> ``END`` on the test worker: one message."""
+    builder = StateGraph(Count)
     builder.add_node("inc", lambda s: {"n": s["n"] + 1})
     builder.add_edge(START, "inc")
     builder.add_edge("inc", END)
-    graph = cluster.attach(builder.compile())
+    return cluster.attach(builder.compile())
+
+
+def test_with_nothing_listening_a_step_is_published_without_send_task(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph = one_step(cluster)
 
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("send_task was called")
@@ -131,14 +137,7 @@ def test_with_nothing_listening_a_step_is_published_without_send_task(
 def test_while_something_listens_to_celerys_publish_signals_it_sees_every_message(
     cluster: Any,
 ) -> None:
-    class State(TypedDict):
-        n: int
-
-    builder = StateGraph(State)
-    builder.add_node("inc", lambda s: {"n": s["n"] + 1})
-    builder.add_edge(START, "inc")
-    builder.add_edge("inc", END)
-    graph = cluster.attach(builder.compile())
+    graph = one_step(cluster)
     seen: list[str] = []
     listen: Callable[..., None] = lambda headers, **_: seen.append(headers["task"])  # noqa: E731
     before_task_publish.connect(listen, weak=False)
