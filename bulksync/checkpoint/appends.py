@@ -89,6 +89,11 @@ class Chains:
         # (channel, version) -> (a list whose first ``length`` items are its value, length)
         self._built: dict[tuple[str, str, str, int], tuple[list[Any], int]] = {}
 
+    def stored(self, thread: str, ns: str, channel: str, version: int) -> bytes | None:
+        """The bytes of ``channel`` at ``version`` that this read holds (None: none, or the
+        channel is empty there)."""
+        return self._stored.get((thread, ns, channel), {}).get(version)
+
     def value(self, thread: str, ns: str, channel: str, version: int, blob: bytes) -> Any:
         """The value stored as ``blob`` for ``channel`` at ``version``.
 

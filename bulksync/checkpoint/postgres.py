@@ -434,7 +434,7 @@ class PostgresSaver(AsyncSaverMethods):
             writes[i].append((write[0], write[1], write[2], write[3], write[4]))
         chains = Chains(self.serde, self._versions, stored)
         return [
-            self._decode(row, ckpt, stored, writes[i], chains)
+            self._decode(row, ckpt, writes[i], chains)
             for i, (row, ckpt) in enumerate(zip(rows, checkpoints, strict=True))
         ]
 
@@ -456,7 +456,6 @@ class PostgresSaver(AsyncSaverMethods):
         self,
         row: _Row,
         checkpoint: Checkpoint,
-        stored: Stored,
         writes: builtins.list[_Write],
         chains: Chains,
     ) -> CheckpointTuple:
@@ -464,7 +463,7 @@ class PostgresSaver(AsyncSaverMethods):
         thread_id, ns, checkpoint_id, parent_id, _, metadata = row
         values = {}
         for ch, version in checkpoint.channel_versions.items():
-            blob = stored.get((thread_id, ns, ch), {}).get(version)
+            blob = chains.stored(thread_id, ns, ch, version)
             if blob is not None:
                 values[ch] = chains.value(thread_id, ns, ch, version, blob)
         writes.sort(key=lambda w: writes_sort_key(w[4], w[0], w[1]))
