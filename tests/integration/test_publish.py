@@ -59,9 +59,11 @@ def fields(envelope: bytes) -> dict[str, Any]:
 
 
 def events(envelope: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """An events message, and its events less what each publish makes fresh."""
+    """An events message, and its events (one, or a list) less what each publish makes
+    fresh."""
     found = fields(envelope)
-    listed = json.loads(found.pop("body"))
+    body = json.loads(found.pop("body"))
+    listed = body if isinstance(body, list) else [body]
     for event in listed:
         for fresh in ("timestamp", "clock", "local_received"):
             event.pop(fresh, None)

@@ -8,7 +8,8 @@ Settings chosen for correctness first:
   are keyed by task id and the first one wins, so running twice records once);
 - **prefetch 1** per pool slot, so a long node never holds back messages another slot could
   take (small tasks are batched per message instead);
-- **task events on**, including "sent", so Flower shows queued tasks under their node names;
+- **task events on**, including "sent", so Flower shows queued tasks under their node names
+  (published by ``events.EventDispatcher``: on a Redis broker without kombu's per-event cost);
 - **no result backend**: results go to Redis keys the coordinator blocks on.
 """
 
@@ -28,7 +29,12 @@ log = logging.getLogger(__name__)
 
 def make_app(settings: Settings) -> Celery:
     """A Celery app for ``settings``'s broker (Redis or RabbitMQ, by URL)."""
-    app = Celery("bulksync", broker=settings.broker_url, set_as_current=False)
+    app = Celery(
+        "bulksync",
+        broker=settings.broker_url,
+        set_as_current=False,
+        events="bulksync.workers.celery.events:Events",
+    )
     app.conf.update(
         task_serializer="msgpack",
         accept_content=["msgpack"],

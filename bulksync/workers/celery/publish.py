@@ -275,7 +275,7 @@ class DirectPublisher:
             properties["delivery_mode"] = self.delivery_mode
             route = {"exchange": "", "routing_key": m.queue}
             content_type, encoding, data = dumps(body, serializer=conf.task_serializer)
-            pipe.lpush(m.queue, _envelope(data, content_type, encoding, headers, properties, route))
+            pipe.lpush(m.queue, envelope(data, content_type, encoding, headers, properties, route))
             if sent is not None:
                 sent.update(queue=m.queue, exchange="", routing_key=m.queue)
                 sent_events.append(sent)
@@ -301,13 +301,11 @@ class DirectPublisher:
         content_type, encoding, data = dumps(events, serializer=self.app.conf.event_serializer)
         route = {"exchange": self.app.conf.event_exchange, "routing_key": EVENTS_ROUTING_KEY}
         properties = {"delivery_mode": 1}  # events are transient
-        envelope = _envelope(
-            data, content_type, encoding, {"hostname": hostname}, properties, route
-        )
-        pipe.publish(self.events_topic, envelope)
+        message = envelope(data, content_type, encoding, {"hostname": hostname}, properties, route)
+        pipe.publish(self.events_topic, message)
 
 
-def _envelope(
+def envelope(
     data: bytes | str,
     content_type: str,
     encoding: str,
