@@ -439,18 +439,23 @@ def run_end_to_end(args: argparse.Namespace, settings: Settings, app: Any) -> No
                 ),
                 f"LangGraph in-process, {m} one after another": line_runs(lg_line, m),
                 "context: the same with its PostgresSaver": line_runs(lg_pg, m),
+                # The Celery work of m runs and nothing else: no order, coordinator or commit.
+                f"context: raw Celery group of {3 * m} (3 per run)": raw_celery_fanout(
+                    app, settings.redis_url, 3 * m
+                ),
             },
             args.repeat,
             args.warmup,
         )
         for label, t in many.items():
             print(f"  {label:<48}  {m / t.median:9.1f} runs/s  ({t.median:.3f} s)")
-        at_once, lg_many, lg_durable = many.values()
+        at_once, lg_many, lg_durable, raw_group = many.values()
         print("  ratios of medians (runs per second; higher is better for bulksync):")
         ratio(
             "bulksync / LangGraph + PostgresSaver", lg_durable, at_once, "issue 10 target: >= 1.00"
         )
         ratio("bulksync / LangGraph, no checkpointer", lg_many, at_once, "(context)")
+        ratio("raw Celery group / LangGraph + PostgresSaver", lg_durable, raw_group, "(context)")
 
 
 def run_computing(args: argparse.Namespace, settings: Settings, app: Any) -> None:
