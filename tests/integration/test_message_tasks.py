@@ -20,6 +20,7 @@ import redis
 
 from bulksync.graph import START, StateGraph
 from bulksync.types import Send
+from bulksync.workers.celery import delivery, recorder
 from bulksync.workers.celery.executor import CeleryExecutor
 from tests.integration.test_recorder import CountingRedis
 
@@ -51,15 +52,18 @@ class Peak:
             self.now -= 1
 
 
-def _fanout(cluster: Any, work: Callable[..., Any]) -> Any:
-    """A graph sending TASKS tasks to ``work``, all in one message, on the test worker."""
+def _fanout(cluster: Any, work: Callable[..., Any], timeout: float | None = None) -> Any:
+    """A graph sending TASKS tasks to ``work``, all in one message, on the test worker
+    (``timeout``: their time limit)."""
     b = StateGraph(State)
     b.add_node("work", work)
     b.add_conditional_edges(START, lambda s: [Send("work", {"i": i}) for i in range(TASKS)])
     graph = b.compile()
     graph_id = cluster.register(graph)
     one_message = dataclasses.replace(cluster.settings, target_messages=1)
-    executor = CeleryExecutor(one_message, graph_id, graph, app=cluster.app)
+    executor = CeleryExecutor(
+        one_message, graph_id, graph, app=cluster.app, default_timeout=timeout
+    )
     return graph.with_executor(executor)
 
 
@@ -119,13 +123,35 @@ def test_quick_sync_tasks_run_one_by_one(cluster: Any, worker_settings: Any) -> 
     assert peak.peak == 1
 
 
-def test_quick_tasks_record_each_result_with_the_next_claim(
-    cluster: Any, worker_settings: Any, redis_url: str
-) -> None:
+class RecordCounting(CountingRedis):
+    """Counts round trips, and the results each recording script carries."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.scripts: list[int] = []
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        execute = pipe.execute
+
+        def counted(raise_on_error: bool = True) -> Any:
+            for args, _ in pipe.command_stack:
+                if str(args[0]).upper() == "EVAL" and args[1] == recorder._RECORD_LUA:
+                    self.scripts.append(int(args[2]) // 4)  # four keys per result
+            return execute(raise_on_error)
+
+        pipe.execute = counted
+        return pipe
+
+
+def quick_fanout_recorded(
+    cluster: Any, worker_settings: Any, redis_url: str, timeout: float | None = None
+) -> RecordCounting:
+    """Run TASKS quick tasks in one message on the test worker, counting its Redis use."""
     # No claim heartbeat during the run: every round trip counted is the message's own.
     worker_settings(parallel_after=60.0, claim_heartbeat=60.0, claim_lease=600.0)
     runtime, pid = cluster.runtime, os.getpid()
-    counting = CountingRedis.from_url(redis_url)
+    counting = RecordCounting.from_url(redis_url)
     kept = runtime._clients, runtime._claims, runtime._recorders
     runtime._clients, runtime._claims, runtime._recorders = {pid: counting}, {}, {}
     try:
@@ -133,14 +159,44 @@ def test_quick_tasks_record_each_result_with_the_next_claim(
         def work(task: dict[str, Any]) -> dict[str, Any]:
             return {"out": [task["i"]]}
 
-        assert _fanout(cluster, work).invoke({"out": []}) == {"out": list(range(TASKS))}
+        graph = _fanout(cluster, work, timeout)
+        assert graph.invoke({"out": []}) == {"out": list(range(TASKS))}
     finally:
         runtime._clients, runtime._claims, runtime._recorders = kept
         counting.close()
-    # The input's step: one task (read with its claim, record). The fan-out: the message's
-    # tasks, reading the step with the first claim, a claim per other task (each with the
-    # result of the one before), the last result; not a claim and a record per task.
+    return counting
+
+
+def test_quick_tasks_results_are_recorded_together_with_the_claims(
+    cluster: Any, worker_settings: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(delivery, "QUICK_TASK", 60.0)  # quick, however busy the machine
+    counting = quick_fanout_recorded(cluster, worker_settings, redis_url)
+    # The input's step: one task (read with its claim, record). The fan-out: reading the
+    # step with the first claim, a claim per other task, the results; not a claim and a
+    # record per task.
     assert counting.trips == 2 + 2 + (TASKS - 1) + 1
+    # The input's result, then the fan-out's in one script: the gatherer takes them at once.
+    assert counting.scripts == [1, TASKS]
+
+
+def test_quick_results_held_back_are_recorded_a_few_at_a_time(
+    cluster: Any, worker_settings: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(delivery, "QUICK_TASK", 60.0)
+    monkeypatch.setattr(delivery, "HELD_RESULTS", 5)
+    counting = quick_fanout_recorded(cluster, worker_settings, redis_url)
+    assert counting.trips == 2 + 2 + (TASKS - 1) + 1  # the held ones ride with claims
+    assert counting.scripts == [1, 5, 5, TASKS - 10]
+
+
+def test_results_of_tasks_with_a_time_limit_are_not_held(
+    cluster: Any, worker_settings: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The coordinator counts a task's time from its start to its result: none may wait.
+    monkeypatch.setattr(delivery, "QUICK_TASK", 60.0)
+    counting = quick_fanout_recorded(cluster, worker_settings, redis_url, timeout=60.0)
+    assert counting.scripts == [1] * (1 + TASKS)
 
 
 class FailingRead(CountingRedis):
@@ -286,4 +342,5 @@ def test_every_thread_of_a_worker_process_can_call_redis_at_once(
     for t in waiting:
         t.join()
     r.close()
+    r.connection_pool.disconnect()  # the client's close leaves the pool's sockets open
     assert errors == []

@@ -1,9 +1,10 @@
 """Recording task results on a worker: first result wins, several in one round trip.
 
-A task's result goes to its slot with one atomic script (below): the first result for a slot
+A task's result goes to its slot with an atomic script (below): the first result for a slot
 is kept, whichever delivery arrives reports *that* result to the step's inbox, and the task's
 claim is dropped in the same script, so no one sees the claim gone and the result not
-reported. :meth:`Recorder.write` sends the scripts of several results in one pipeline.
+reported. One script records several results (:meth:`Recorder.write`), and they reach the
+inbox together.
 
 The async tasks of a process share one event loop; many of them finish together (a fan-out of
 model calls), as do the sync tasks of a message on the task threads. :meth:`Recorder.record`
@@ -28,25 +29,39 @@ from bulksync.retry import is_transient_redis, retry
 from bulksync.settings import Settings
 from bulksync.workers.celery.claims import Held
 
-# KEYS: result key, inbox, step hash[, claim]. ARGV: result, result TTL, step TTL, keep
-# ("1"/"0")[, claim token]. Keep the first result unless told not to (an error: the same slot
-# must run again when the run is retried); report the kept one to this delivery's inbox while
-# its step lives; drop the claim if this process still holds it.
+# Records several results. Per result, KEYS: result key, inbox, step hash, claim (the result
+# key again when none); ARGV after the result and step TTLs: result, keep ("1"/"0"), claim
+# token ("": none). Keep the first result unless told not to (an error: the same slot must
+# run again when the run is retried); report the kept one to this delivery's inbox while its
+# step lives; drop the claim if this process still holds it. One script for several results
+# puts them in the inbox at once: the coordinator's gatherer takes them in one call.
 _RECORD_LUA: Final = """
-if KEYS[4] and redis.call('GET', KEYS[4]) == ARGV[5] then redis.call('DEL', KEYS[4]) end
-local kept = redis.call('GET', KEYS[1])
-if not kept then
-  kept = ARGV[1]
-  if ARGV[4] == '1' then
-    redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+local kept_own = {}
+for i = 0, #KEYS / 4 - 1 do
+  local k, a = i * 4, 2 + i * 3
+  local data, keep, token = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  if token ~= '' and redis.call('GET', KEYS[k + 4]) == token then
+    redis.call('DEL', KEYS[k + 4])
   end
+  local kept = redis.call('GET', KEYS[k + 1])
+  if not kept then
+    kept = data
+    if keep == '1' then
+      redis.call('SET', KEYS[k + 1], data, 'EX', ARGV[1])
+    end
+  end
+  if redis.call('EXISTS', KEYS[k + 3]) == 1 then
+    redis.call('RPUSH', KEYS[k + 2], 'r' .. kept)
+    redis.call('EXPIRE', KEYS[k + 2], ARGV[2])
+  end
+  kept_own[i + 1] = kept == data and 1 or 0
 end
-if redis.call('EXISTS', KEYS[3]) == 1 then
-  redis.call('RPUSH', KEYS[2], 'r' .. kept)
-  redis.call('EXPIRE', KEYS[2], ARGV[3])
-end
-return kept == ARGV[1] and 1 or 0
+return kept_own
 """
+
+RECORDS_PER_SCRIPT: Final = 64
+"""Results one script records at most: a big batch is several scripts, so none holds Redis
+for long."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -87,39 +102,34 @@ class Recorder:
             return pipe.execute()
 
         what = f"recording {len(records)} result(s), the first of {records[0].slot}"
-        kept = retry(
+        replies = retry(
             send, transient=is_transient_redis, window=self.settings.retry_window, what=what
         )
-        return self.written(records, kept)
+        return self.written(records, replies)
 
-    def queue(self, pipe: Any, records: Sequence[Record]) -> None:
-        """Queue on ``pipe`` the scripts recording ``records`` (one reply each, for
-        :meth:`written`): to write them in a round trip that does more."""
-        for rec in records:
-            held = [rec.claim.key] if rec.claim is not None else []
-            token = [rec.claim.token] if rec.claim is not None else []
-            pipe.eval(
-                _RECORD_LUA,
-                3 + len(held),
-                keys.result(rec.slot),
-                keys.inbox(rec.step_key),
-                keys.step(rec.step_key),
-                *held,
-                rec.data,
-                self.settings.result_ttl,
-                self.settings.step_ttl,
-                "1" if rec.keep else "0",
-                *token,
-            )
+    def queue(self, pipe: Any, records: Sequence[Record]) -> int:
+        """Queue on ``pipe`` the scripts recording ``records``, to write them in a round trip
+        that does more; how many commands that is (their replies are :meth:`written`'s)."""
+        for start in range(0, len(records), RECORDS_PER_SCRIPT):
+            keys_: list[str] = []
+            args: list[Any] = [self.settings.result_ttl, self.settings.step_ttl]
+            for rec in records[start : start + RECORDS_PER_SCRIPT]:
+                result = keys.result(rec.slot)
+                claim = rec.claim.key if rec.claim is not None else result
+                keys_ += [result, keys.inbox(rec.step_key), keys.step(rec.step_key), claim]
+                token = rec.claim.token if rec.claim is not None else ""
+                args += [rec.data, "1" if rec.keep else "0", token]
+            pipe.eval(_RECORD_LUA, len(keys_), *keys_, *args)
+        return -(-len(records) // RECORDS_PER_SCRIPT)
 
     @staticmethod
     def written(records: Sequence[Record], replies: Sequence[Any]) -> list[bool]:
-        """What :meth:`write` answers, from the replies to :meth:`queue`: their claims are
-        dropped."""
+        """What :meth:`write` answers, from the replies to :meth:`queue`'s commands: for
+        each record, whether its own result is the one reported. Their claims are dropped."""
         for rec in records:
             if rec.claim is not None:
                 rec.claim.released = True
-        return [bool(k) for k in replies]
+        return [bool(k) for reply in replies for k in reply]
 
     def commit(self, rec: Record) -> bool:
         """:meth:`write` ``rec`` from a thread, together with the results other threads
