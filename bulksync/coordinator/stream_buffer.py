@@ -50,23 +50,28 @@ class StreamBuffer:
         if "debug" in self.modes and mode in ("tasks", "checkpoints"):
             self._chunks.append(("debug", stream.debug_event(mode, step, chunk)))
 
+    def wants(self, mode: str) -> bool:
+        """Whether a ``mode`` chunk would be held: a chunk nobody reads is not built."""
+        return mode in self.modes or ("debug" in self.modes and mode in ("tasks", "checkpoints"))
+
     def values(self, channels: Mapping[str, BaseChannel[Any, Any]]) -> None:
         """The output keys as they are now."""
-        self.emit("values", stream.read_channels(channels, self.keys))
+        if self.wants("values"):
+            self.emit("values", stream.read_channels(channels, self.keys))
 
     def task_start(self, task: Task) -> None:
         """A task of the step is about to run."""
-        if not stream.is_hidden(task):
+        if self.wants("tasks") and not stream.is_hidden(task):
             self.emit("tasks", stream.task_start(task, self._user_metadata), step=task.step)
 
     def update(self, task: Task, writes: Sequence[Write], *, cached: bool) -> None:
         """A task finished with ``writes`` (``cached``: recorded before this run)."""
-        if not stream.is_hidden(task):
+        if self.wants("updates") and not stream.is_hidden(task):
             self.emit("updates", stream.update_chunk(task, writes, self.keys, cached=cached))
 
     def result(self, task: Task, writes: Sequence[Write]) -> None:
         """A task's result, for the ``tasks`` mode."""
-        if not stream.is_hidden(task):
+        if self.wants("tasks") and not stream.is_hidden(task):
             self.emit("tasks", stream.task_result(task, writes, self.keys), step=task.step)
 
     def interrupts(
