@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections.abc
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, NotRequired, Required, Self, TypeVar, cast
 
@@ -108,6 +109,7 @@ class BinaryOperatorAggregate(ValueChannel[Value, Value | Overwrite]):
         if not values:
             return False
         overwritten = False
+        folded: list[Any] | None = None  # a list this call made: extended in place, below
         for index, value in enumerate(values):
             is_overwrite, replacement = as_overwrite(value)
             if is_overwrite:
@@ -123,6 +125,13 @@ class BinaryOperatorAggregate(ValueChannel[Value, Value | Overwrite]):
             elif index == 0 and self.value is MISSING:
                 # Nothing to fold into yet: the first value becomes the start value.
                 self.value = value
+            elif self.operator is operator.add and type(value) is list and type(self.value) is list:
+                # list + list, without copying the list so far for each value (a fan-out of
+                # n results folded n times): the same list, in a list no one else holds.
+                if self.value is not folded:
+                    folded = list(self.value)
+                folded.extend(value)
+                self.value = cast(Value, folded)
             else:
                 # Not an Overwrite in any spelling, so it is a plain update.
                 self.value = self.operator(self.value, cast(Value, value))

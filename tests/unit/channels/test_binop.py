@@ -84,6 +84,9 @@ FOLD_CASES: dict[str, tuple[Any, list[tuple[Any, ...]]]] = {
         list,
         [("update", [[("t", 1)]]), ("stored",), ("update", [Overwrite([{1}])]), ("stored",)],
     ),
+    "many lists in one step": (list, [("update", [[i] for i in range(50)]), ("update", [[50]])]),
+    "a tuple after lists raises": (list, [("update", [["a"], ("b",)])]),
+    "an empty list among lists": (list, [("update", [["a"]]), ("update", [[], ["b"]])]),
     "no start value: first write is taken": (
         NeedsArgs,
         [("update", []), ("update", ["a", "b"]), ("update", ["c"])],
@@ -100,6 +103,19 @@ def test_update_matches_langgraph(
     lg = LgBinop(typ, reducer)
     lg.key = "k"
     assert trace(ours, ops) == trace(lg, ops, _to_langgraph)
+
+
+def test_lists_folded_with_add_leave_every_value_they_were_given_as_it_was() -> None:
+    start, first, second = ["s"], ["a"], ["b"]
+    channel = BinaryOperatorAggregate(list, operator.add, key="k").from_checkpoint(start)
+    before = channel.get()
+    channel.update([first, second])
+    after_one = channel.get()
+    channel.update([["c"], ["d"]])
+    assert channel.get() == ["s", "a", "b", "c", "d"]
+    # Folded into lists of the channel's own: no input, and no value handed out, changed.
+    assert (start, first, second) == (["s"], ["a"], ["b"])
+    assert (before, after_one) == (["s"], ["s", "a", "b"])
 
 
 @pytest.mark.parametrize(
