@@ -703,7 +703,7 @@ class SuperstepLoop:
             if changed & ({keys} if isinstance(keys, str) else set(keys)):
                 self.stream.emit("values", stream.read_channels(scratch, keys))
         if not exc.interrupts:
-            self.stream.emit("updates", {INTERRUPT: ()})
+            self.stream.paused(())
         self.status = self.status if self.status.startswith("interrupt") else "interrupted"
         return Outcome(
             stream.read_channels(self.channels, keys), tuple(self.interrupts), self.status

@@ -25,11 +25,15 @@ Keys = Sequence[str] | str
 ALL_MODES: tuple[StreamMode, ...] = get_args(StreamMode)
 """Every stream mode, from ``types.StreamMode``: what ``stream()`` and the CLI accept."""
 
+PAUSES = "__pauses__"
+"""bulksync's own mode: only the ``updates`` chunks that carry interrupts. ``invoke`` reads
+these of the updates, so a run it makes builds no chunk per task for them."""
+
 
 def check_modes(modes: Sequence[str]) -> None:
     """Raise ``ConfigError`` (a ``ValueError``) naming a stream mode that does not exist."""
     for mode in modes:
-        if mode not in ALL_MODES:
+        if mode not in ALL_MODES and mode != PAUSES:
             raise ConfigError(f"Unknown stream_mode {mode!r}; use one of {ALL_MODES}.")
 
 

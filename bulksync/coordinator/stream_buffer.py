@@ -78,7 +78,7 @@ class StreamBuffer:
         self, channels: Mapping[str, BaseChannel[Any, Any]], interrupts: Sequence[Interrupt]
     ) -> None:
         """A task paused on ``interrupts``."""
-        self.emit("updates", {INTERRUPT: tuple(interrupts)})
+        self.paused(interrupts)
         if "values" not in self.modes:
             return
         values = stream.read_channels(channels, self.keys)
@@ -87,6 +87,12 @@ class StreamBuffer:
             self.emit("values", values)
         else:
             self.emit("values", {INTERRUPT: tuple(interrupts)})
+
+    def paused(self, interrupts: Sequence[Interrupt]) -> None:
+        """The ``updates`` chunk of a pause on ``interrupts`` (none: a pause before or after
+        a node), under ``PAUSES`` too."""
+        self.emit("updates", {INTERRUPT: tuple(interrupts)})
+        self.emit(stream.PAUSES, {INTERRUPT: tuple(interrupts)})
 
     def checkpoint(
         self,

@@ -27,7 +27,13 @@ from bulksync.coordinator.nested import ReplayState, recast_namespace
 from bulksync.coordinator.options import RunOptions, validate_recursion_limit
 from bulksync.coordinator.reactor import Reactor
 from bulksync.coordinator.spec import GraphSpec
-from bulksync.coordinator.stream import check_version, frame, stream_modes, stream_part
+from bulksync.coordinator.stream import (
+    PAUSES,
+    check_version,
+    frame,
+    stream_modes,
+    stream_part,
+)
 from bulksync.graph.schema import schema_mapper
 from bulksync.stream.events import drop_inherited_message_events
 from bulksync.types import GraphOutput
@@ -100,9 +106,9 @@ class GraphRuns:
         check_version(version)
         latest: Any = None
         interrupts: list[Any] = []
-        for item in self.stream(input, config, stream_mode=["updates", "values"], **kw):
+        for item in self.stream(input, config, stream_mode=[PAUSES, "values"], **kw):
             mode, chunk = item[-2:]  # (namespace, mode, chunk) with subgraphs=True
-            if mode == "updates" and isinstance(chunk, dict) and INTERRUPT in chunk:
+            if mode == PAUSES:  # the updates that carry interrupts, the only ones read
                 interrupts.extend(chunk[INTERRUPT])
             elif mode == "values":
                 latest = chunk

@@ -1,15 +1,20 @@
-"""Stream modes: one list, declared as ``types.StreamMode``, accepted exactly by the parsers."""
+"""Stream modes: one list, declared as ``types.StreamMode``, accepted exactly by the parsers;
+and ``PAUSES``, bulksync's own, which lets ``invoke`` read the interrupts of a run without a
+chunk built per task."""
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Any, TypedDict, get_args
 
 import pytest
 
+from bulksync.checkpoint.memory import InMemorySaver
 from bulksync.cli import build_parser
-from bulksync.coordinator.stream import ALL_MODES, check_modes, stream_modes
+from bulksync.coordinator import stream
+from bulksync.coordinator.stream import ALL_MODES, PAUSES, check_modes, stream_modes
 from bulksync.errors import ConfigError
-from bulksync.types import StreamMode
+from bulksync.graph import START, StateGraph
+from bulksync.types import StreamMode, interrupt
 
 NOT_MODES = ("events", "Values", "value", "values ", "tool")
 """Names near the real ones (and one DESIGN.md plans) that no parser may accept yet."""
@@ -41,3 +46,45 @@ def test_nothing_else_is_accepted(mode: str, capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         build_parser().parse_args(["submit", "g:graph", "--input", "{}", "--stream-mode", mode])
     assert "invalid choice" in capsys.readouterr().err
+
+
+class Count(TypedDict):
+    n: int
+
+
+def two_steps(*, pause: bool = False) -> Any:
+    def add(state: Count) -> dict[str, int]:
+        if pause:
+            interrupt("why")
+        return {"n": state["n"] + 1}
+
+    builder = StateGraph(Count)
+    builder.add_node("a", add)
+    builder.add_node("b", add)
+    builder.add_edge(START, "a")
+    builder.add_edge("a", "b")
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def test_pauses_is_bulksyncs_own_mode() -> None:
+    assert PAUSES not in ALL_MODES
+    check_modes([PAUSES, "values"])  # invoke's
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["submit", "g:graph", "--input", "{}", "--stream-mode", PAUSES])
+
+
+def test_invoke_builds_no_update_of_a_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    built: list[Any] = []
+    real = stream.update_chunk
+    monkeypatch.setattr(stream, "update_chunk", lambda *a, **k: built.append(a) or real(*a, **k))
+    config = {"configurable": {"thread_id": "t"}}
+    assert two_steps().invoke({"n": 0}, config) == {"n": 2}
+    assert built == []
+    assert [c for c in two_steps().stream({"n": 0}, config)] == [{"a": {"n": 1}}, {"b": {"n": 2}}]
+    assert len(built) == 2
+
+
+def test_invoke_still_returns_the_interrupts_of_a_pause() -> None:
+    config = {"configurable": {"thread_id": "t"}}
+    out = two_steps(pause=True).invoke({"n": 0}, config)
+    assert out["n"] == 0 and [i.value for i in out["__interrupt__"]] == ["why"]
