@@ -199,3 +199,54 @@ def test_a_messages_claims_are_taken_in_one_round_trip(
     finally:
         r.delete(keys.cancel(run_id))
         _cleanup(r, slots)
+
+
+def test_one_script_claims_several_slots_each_with_its_own_verdict(
+    r: CountingRedis, step: str, settings: Settings
+) -> None:
+    keeper = ClaimKeeper(r, settings)
+    fresh, held, known, poisoned = slots = _slots(step, 4)
+    try:
+        r.set(keys.claim(held), b"another worker")
+        r.set(keys.result(known), b"done")
+        r.set(keys.deliveries(poisoned), settings.max_deliveries)
+        r.trips = 0
+        found = keeper.claim_many(slots, "run")
+        assert r.trips == 2  # the claims, then a look at the held claim's holder
+        assert found == [1, claims.HELD, claims.KNOWN, claims.POISONED]
+        assert r.get(keys.claim(fresh)) == keeper.token.encode()
+        assert r.get(keys.deliveries(poisoned)) is None  # its attempts start afresh
+        assert r.get(keys.claim(poisoned)) is None
+        assert r.get(keys.claim(held)) == b"another worker"
+    finally:
+        _cleanup(r, slots)
+
+
+def test_claims_of_a_cancelled_run_are_all_refused(
+    r: CountingRedis, step: str, settings: Settings
+) -> None:
+    keeper = ClaimKeeper(r, settings)
+    slots = _slots(step, 3)
+    run_id = f"run-{uuid.uuid4().hex}"
+    try:
+        r.set(keys.cancel(run_id), 1)
+        assert keeper.claim_many(slots, run_id) == [claims.CANCELLED] * 3
+        assert r.mget([keys.claim(s) for s in slots]) == [None] * 3
+    finally:
+        r.delete(keys.cancel(run_id))
+        _cleanup(r, slots)
+
+
+def test_many_claims_take_several_scripts_in_one_round_trip(
+    r: CountingRedis, step: str, settings: Settings
+) -> None:
+    keeper = ClaimKeeper(r, settings)
+    slots = _slots(step, claims.CLAIMS_PER_SCRIPT + 3)
+    try:
+        r.trips = 0
+        pipe = r.pipeline(transaction=False)
+        assert keeper.ask(pipe, slots, "run") == 2
+        assert keeper.verdicts(slots, "run", keeper.answers(pipe.execute())) == [1] * len(slots)
+        assert r.trips == 1
+    finally:
+        _cleanup(r, slots)

@@ -1,7 +1,8 @@
 """Task claims: one live runner per task, kept alive by heartbeats, its loss noticed.
 
-A worker **claims** a task's slot before running it (``SET NX`` with a lease, in one script
-that also counts the delivery and checks the run's cancel flag and the slot's result), and a
+A worker **claims** a task's slot before running it (``SET NX`` with a lease, in a script
+that also counts the delivery and checks the run's cancel flag and the slot's result; one
+script claims the tasks of a message it takes at once), and a
 heartbeat thread of its process renews the lease of every claim it holds while the tasks run
 — however long they run, so a long task is never taken for lost. A second delivery of a task
 whose claim is live acknowledges its message and leaves: its pool slot stays free for other
@@ -51,22 +52,37 @@ CANCELLED: Final = -2
 KNOWN: Final = -3
 """``claim``: the task already has a result; report it, run nothing."""
 
-# KEYS: claim, deliveries, cancel flag, result. ARGV: token, lease ms, max deliveries, count TTL.
-# Returns the delivery number (> 0) when claimed, else one of the verdicts above. A poisoned
-# slot's count is reset: a retry of the run gets its attempts afresh.
+# Claims several slots. KEYS: the run's cancel flag, then per slot: claim, deliveries, result.
+# ARGV: token, lease ms, max deliveries, count TTL. Returns, per slot, the delivery number
+# (> 0) when claimed, else one of the verdicts above. A poisoned slot's count is reset: a
+# retry of the run gets its attempts afresh.
 _CLAIM_LUA: Final = """
-if redis.call('EXISTS', KEYS[3]) == 1 then return -2 end
-if redis.call('EXISTS', KEYS[4]) == 1 then return -3 end
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end
-local n = tonumber(redis.call('GET', KEYS[2]) or '0')
-if n >= tonumber(ARGV[3]) then
-  redis.call('DEL', KEYS[1], KEYS[2])
-  return -1
+local cancelled = redis.call('EXISTS', KEYS[1]) == 1
+local found = {}
+for i = 2, #KEYS, 3 do
+  local claim, count, result = KEYS[i], KEYS[i + 1], KEYS[i + 2]
+  local verdict
+  if cancelled then
+    verdict = -2
+  elseif redis.call('EXISTS', result) == 1 then
+    verdict = -3
+  elseif not redis.call('SET', claim, ARGV[1], 'NX', 'PX', ARGV[2]) then
+    verdict = 0
+  elseif tonumber(redis.call('GET', count) or '0') >= tonumber(ARGV[3]) then
+    redis.call('DEL', claim, count)
+    verdict = -1
+  else
+    verdict = redis.call('INCR', count)
+    redis.call('EXPIRE', count, ARGV[4])
+  end
+  found[#found + 1] = verdict
 end
-n = redis.call('INCR', KEYS[2])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
-return n
+return found
 """
+
+CLAIMS_PER_SCRIPT: Final = 256
+"""Slots one claim script takes at most: a big message's claims are several scripts, so none
+holds Redis for long."""
 
 # KEYS: claims. ARGV: token, lease ms. Renew only claims this process still holds.
 _RENEW_LUA: Final = """
@@ -117,24 +133,31 @@ class ClaimKeeper:
             return []
         pipe = self.redis.pipeline(transaction=False)
         self.ask(pipe, slots, run_id)
-        return list(pipe.execute())
+        return self.answers(pipe.execute())
 
-    def ask(self, pipe: Any, slots: Sequence[str], run_id: str) -> None:
-        """Queue on ``pipe`` the claims of ``slots`` (one reply each, for :meth:`verdicts`)."""
+    def ask(self, pipe: Any, slots: Sequence[str], run_id: str) -> int:
+        """Queue on ``pipe`` the claims of ``slots``; how many commands that is (their
+        replies are :meth:`answers`')."""
         lease_ms = max(1, int(self.settings.claim_lease * 1000))
-        for slot in slots:
+        for start in range(0, len(slots), CLAIMS_PER_SCRIPT):
+            names = [keys.cancel(run_id)]
+            for slot in slots[start : start + CLAIMS_PER_SCRIPT]:
+                names += [keys.claim(slot), keys.deliveries(slot), keys.result(slot)]
             pipe.eval(
                 _CLAIM_LUA,
-                4,
-                keys.claim(slot),
-                keys.deliveries(slot),
-                keys.cancel(run_id),
-                keys.result(slot),
+                len(names),
+                *names,
                 self.token,
                 lease_ms,
                 self.settings.max_deliveries,
                 self.settings.result_ttl,
             )
+        return -(-len(slots) // CLAIMS_PER_SCRIPT)
+
+    @staticmethod
+    def answers(replies: Sequence[Any]) -> list[Any]:
+        """The replies to :meth:`ask`'s commands, one per slot (for :meth:`verdicts`)."""
+        return [answer for reply in replies for answer in reply]
 
     def verdicts(self, slots: Sequence[str], run_id: str, replies: Sequence[Any]) -> list[int]:
         """What the replies to :meth:`ask` about ``slots`` say, as :meth:`claim` does.

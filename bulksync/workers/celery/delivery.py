@@ -151,7 +151,9 @@ class Delivery:
                 self.recorder.write(after)  # through an outage; the claims fail
                 raise
             self.recorder.written(after, replies[:recording])
-            found = self.keeper.verdicts(slots, self.run_id, replies[recording:])
+            found = self.keeper.verdicts(
+                slots, self.run_id, self.keeper.answers(replies[recording:])
+            )
         elif all(slot in self._claimed for slot in slots):  # asked with the step's read
             replies = [self._claimed.pop(slot) for slot in slots]
             found = self.keeper.verdicts(slots, self.run_id, replies)

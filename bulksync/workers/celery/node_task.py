@@ -121,12 +121,13 @@ class WorkerRuntime:
         # them, and the tasks are claimed as they run (a claim the failed read took expires,
         # and the coordinator publishes its task again, as after any lost claim).
         try:
-            cancelled, fields, known, *replies = read(first)
+            cancelled, fields, known, *asked = read(first)
         except redis.RedisError as exc:
             if not is_transient_redis(exc):
                 raise
-            first, replies = [], []
+            first, asked = [], []
             cancelled, fields, known = self.retry(lambda: read(()), f"reading step {step_key}")
+        replies = keeper.answers(asked)
         claimed = {d.slot: reply for d, reply in zip(first, replies, strict=True)}
         if cancelled or fields[0] is None:
             release_unused(keeper, claimed)
