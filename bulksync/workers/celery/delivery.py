@@ -240,8 +240,8 @@ class Delivery:
         return done
 
     def _may_hold(self, finished: Sequence[Record], last: Ran | None) -> bool:
-        """Whether the results ``finished`` (``last`` ran the newest) may wait for the next
-        claim's round trip but one: the module's docstring says when."""
+        """Whether the results ``finished`` (``last`` ran the newest) may stay unrecorded
+        through the next claim: the module's docstring says when."""
         return (
             last is not None
             and last.answer is None
