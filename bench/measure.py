@@ -7,12 +7,13 @@ wrong result is not a result.
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import psycopg
@@ -39,6 +40,61 @@ class Timing:
     def median(self) -> float:
         """The median run."""
         return statistics.median(self.seconds)
+
+
+def process_cpu(pids: Sequence[int]) -> float | None:
+    """CPU seconds the processes ``pids`` and their children have used so far (user and
+    system, from ``/proc``); None where ``/proc`` cannot tell (not Linux, a process gone)."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for pid in _with_children(pids):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += sum(int(f) for f in fields[11:15]) / tick  # utime stime cutime cstime
+    return total
+
+
+def _with_children(pids: Sequence[int]) -> list[int]:
+    found, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as children:
+                todo += [int(c) for c in children.read().split()]
+        except OSError:
+            pass
+    return found
+
+
+@dataclass
+class CpuPerRun:
+    """CPU seconds per timed call of a contender, for each group watched: a group is a
+    function giving the CPU seconds its processes have used so far (None: cannot tell)."""
+
+    groups: dict[str, Callable[[], float | None]]
+    calls: int
+    used: dict[str, list[float]] = field(default_factory=dict)
+
+    def watch(self, run: Callable[[], None]) -> Callable[[], None]:
+        """``run``, noting what each group spent in it."""
+
+        def watched() -> None:
+            before = {name: used() for name, used in self.groups.items()}
+            run()
+            for name, used in self.groups.items():
+                after, was = used(), before[name]
+                if after is not None and was is not None:
+                    self.used.setdefault(name, []).append((after - was) / self.calls)
+
+        return watched
+
+    def medians(self) -> dict[str, float]:
+        """Each group's median CPU seconds per call (groups that could not tell left out)."""
+        return {name: statistics.median(v) for name, v in self.used.items() if v}
 
 
 def compare(runs: dict[str, Callable[[], None]], reps: int, warmup: int = 1) -> dict[str, Timing]:

@@ -48,6 +48,7 @@ import platform
 import shlex
 import signal
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from importlib import metadata
@@ -55,6 +56,7 @@ from typing import Any, Final
 
 from bench import graphs
 from bench.measure import (
+    CpuPerRun,
     Timing,
     chat_thread,
     compare,
@@ -63,6 +65,7 @@ from bench.measure import (
     graph_fanout,
     line_runs,
     paired_savers,
+    process_cpu,
     raw_celery_fanout,
     raw_celery_round_trips,
     read_state,
@@ -383,8 +386,11 @@ def run_sequential(args: argparse.Namespace, settings: Settings, app: Any) -> di
     return timings
 
 
-def run_end_to_end(args: argparse.Namespace, settings: Settings, app: Any) -> None:
-    """Part 4: whole runs, attached and detached, one by one and at once."""
+def run_end_to_end(
+    args: argparse.Namespace, settings: Settings, app: Any, workers: Workers
+) -> None:
+    """Part 4: whole runs, attached and detached, one by one and at once (and the CPU each
+    process of the cluster spends on a run, where ``/proc`` tells)."""
     from bulksync.client import Client
     from bulksync.workers.celery.executor import CeleryExecutor
 
@@ -432,10 +438,18 @@ def run_end_to_end(args: argparse.Namespace, settings: Settings, app: Any) -> No
         m = args.runs
         print(f"\n   {m} runs submitted at once vs {m} in-process one after another, in runs")
         print(f"   per second (median of {args.repeat})")
+        cpu = CpuPerRun(
+            {
+                "coordinator": lambda: process_cpu([p.pid for p in coordinator.procs]),
+                "workers": lambda: process_cpu([p.pid for p in workers.procs]),
+                "client (this process)": time.process_time,
+            },
+            calls=m,
+        )
         many = compare(
             {
-                f"bulksync detached, {m} submitted at once": detached_line_runs(
-                    client, graph_id, m, at_once=True
+                f"bulksync detached, {m} submitted at once": cpu.watch(
+                    detached_line_runs(client, graph_id, m, at_once=True)
                 ),
                 f"LangGraph in-process, {m} one after another": line_runs(lg_line, m),
                 "context: the same with its PostgresSaver": line_runs(lg_pg, m),
@@ -456,6 +470,10 @@ def run_end_to_end(args: argparse.Namespace, settings: Settings, app: Any) -> No
         )
         ratio("bulksync / LangGraph, no checkpointer", lg_many, at_once, "(context)")
         ratio("raw Celery group / LangGraph + PostgresSaver", lg_durable, raw_group, "(context)")
+        spent = cpu.medians()
+        if spent:  # where /proc tells
+            shares = ", ".join(f"{name} {1000 * s:.2f} ms" for name, s in spent.items())
+            print(f"  CPU per bulksync run, median: {shares}")
 
 
 def run_computing(args: argparse.Namespace, settings: Settings, app: Any) -> None:
@@ -593,7 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.steps:
                 run_sequential(args, settings, app)
             if args.e2e:
-                run_end_to_end(args, settings, app)
+                run_end_to_end(args, settings, app, workers)
             if args.cpu:
                 run_computing(args, settings, app)
         if args.io or args.wide:

@@ -6,6 +6,8 @@ The benchmark itself (``python -m bench.run``) starts workers and is never run b
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 import types
 import uuid
 from typing import Any
@@ -120,6 +122,30 @@ def test_compare_times_every_contender_each_round() -> None:
     )
     assert calls == ["a", "b"] * 3
     assert {label: len(t.seconds) for label, t in timings.items()} == {"a": 2, "b": 2}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads Linux's /proc")
+def test_cpu_per_run_is_what_the_watched_processes_spent_per_call() -> None:
+    def burn() -> None:
+        deadline = time.thread_time() + 0.2
+        while time.thread_time() < deadline:
+            pass
+
+    pid = os.getpid()
+    cpu = measure.CpuPerRun(
+        {
+            "this process": lambda: measure.process_cpu([pid]),
+            "gone": lambda: measure.process_cpu([2**22 + 7]),  # above any pid_max
+        },
+        calls=5,
+    )
+    watched = cpu.watch(burn)
+    watched()
+    watched()
+    spent = cpu.medians()
+    assert set(spent) == {"this process"}  # a process /proc cannot read is left out
+    # 200 ms over 5 runs per call, read in clock ticks; other threads may add a little.
+    assert 0.15 / 5 <= spent["this process"] < 2.0 / 5
 
 
 def test_command_line_defaults_and_reproduction() -> None:
