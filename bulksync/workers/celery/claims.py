@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import threading
 import time
@@ -152,7 +153,7 @@ class ClaimKeeper:
                 self.settings.max_deliveries,
                 self.settings.result_ttl,
             )
-        return -(-len(slots) // CLAIMS_PER_SCRIPT)
+        return math.ceil(len(slots) / CLAIMS_PER_SCRIPT)
 
     @staticmethod
     def answers(replies: Sequence[Any]) -> list[Any]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import threading
 from collections.abc import Sequence
 from typing import Any, Final
@@ -120,7 +121,7 @@ class Recorder:
                 token = rec.claim.token if rec.claim is not None else ""
                 args += [rec.data, "1" if rec.keep else "0", token]
             pipe.eval(_RECORD_LUA, len(keys_), *keys_, *args)
-        return -(-len(records) // RECORDS_PER_SCRIPT)
+        return math.ceil(len(records) / RECORDS_PER_SCRIPT)
 
     @staticmethod
     def written(records: Sequence[Record], replies: Sequence[Any]) -> list[bool]:
