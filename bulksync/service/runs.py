@@ -49,6 +49,7 @@ calls them again on its next turn, and a claim whose reply was lost is released 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -291,23 +292,29 @@ class RunStore:
         return self._retry(insert, f"creating run {run_id}")
 
     def _insert(self, thread_id: str, kind: str, strategy: str, args: tuple[Any, ...]) -> Run:
-        with self.pool.connection() as conn, conn.transaction():
-            cur = conn.cursor(row_factory=dict_row)
-            cur.execute(_THREAD_LOCK_SQL, (thread_id,))
-            if thread_id:  # "" is a read across threads (a history without a thread)
-                _check_graph(cur, thread_id, args[2])
-            if strategy == "reject" and kind not in READ_KINDS:
-                active = cur.execute(_ACTIVE_SQL, (thread_id,)).fetchone()
-                if active is not None:
-                    raise ThreadBusyError(
-                        f"thread '{thread_id}' is busy with run {active['run_id']} "
-                        f"({active['status']}); wait for it (bulksync runs --thread "
-                        f"{thread_id}) or submit with multitask_strategy='enqueue' to queue "
-                        "behind it."
-                    )
-            row = cur.execute(_INSERT_SQL, args).fetchone()
+        # Every statement goes in one round trip, the commit in a second: a check that
+        # fails raises inside the transaction, which rolls the insert back.
+        with self.pool.connection() as conn, conn.pipeline(), conn.transaction():
+            cursor = functools.partial(conn.cursor, row_factory=dict_row)
+            cursor().execute(_THREAD_LOCK_SQL, (thread_id,))
+            # "" is a read across threads (a history without a thread): bound to no graph.
+            bound = cursor().execute(_BOUND_SQL, (thread_id,)) if thread_id else None
+            busy = strategy == "reject" and kind not in READ_KINDS
+            active = cursor().execute(_ACTIVE_SQL, (thread_id,)) if busy else None
+            inserted = cursor().execute(_INSERT_SQL, args)
             if kind not in READ_KINDS:
-                cur.execute(TOUCH_SQL, (thread_id, args[2]))
+                cursor().execute(TOUCH_SQL, (thread_id, args[2]))
+            if bound is not None:
+                _check_graph(bound.fetchone(), thread_id, args[2])
+            running = None if active is None else active.fetchone()
+            if running is not None:
+                raise ThreadBusyError(
+                    f"thread '{thread_id}' is busy with run {running['run_id']} "
+                    f"({running['status']}); wait for it (bulksync runs --thread "
+                    f"{thread_id}) or submit with multitask_strategy='enqueue' to queue "
+                    "behind it."
+                )
+            row = inserted.fetchone()
         assert row is not None
         return _run(row)
 
@@ -522,9 +529,9 @@ def _run(row: Mapping[str, Any]) -> Run:
     )
 
 
-def _check_graph(cur: Any, thread_id: str, graph_id: str) -> None:
-    """Refuse ``graph_id`` on a thread bound to another graph (under the thread's lock)."""
-    row = cur.execute(_BOUND_SQL, (thread_id,)).fetchone()
+def _check_graph(row: Mapping[str, Any] | None, thread_id: str, graph_id: str) -> None:
+    """Refuse ``graph_id`` on a thread bound to another graph (``row``: the thread's, read
+    under its lock)."""
     bound = None if row is None else row["graph_id"]
     if bound is not None and bound != graph_id:
         raise ThreadGraphError(

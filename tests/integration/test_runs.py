@@ -10,7 +10,7 @@ import pytest
 
 from bulksync.checkpoint.postgres import PostgresSaver
 from bulksync.constants import NULL_TASK_ID, START
-from bulksync.errors import TaskCancelledError, ThreadBusyError
+from bulksync.errors import TaskCancelledError, ThreadBusyError, ThreadGraphError
 from bulksync.graph import StateGraph
 from bulksync.service import events, runs
 from bulksync.service.runs import RunStore
@@ -135,7 +135,18 @@ def test_reject_names_the_thread_and_its_active_run(store: RunStore) -> None:
     with pytest.raises(ThreadBusyError, match=rf"{first} \(running\)"):
         submit(store, "busy", multitask_strategy="reject")
     store.finish(first, "me", runs.INTERRUPTED)
+    assert [r.run_id for r in store.list(thread_id="busy")] == [first]  # refused: no row
     submit(store, "busy", multitask_strategy="reject")  # idle again: accepted
+
+
+def test_a_thread_of_another_graph_is_refused_and_nothing_is_stored(store: RunStore) -> None:
+    first = submit(store, "bound")
+    payload = {"input": {"n": 1}, "config": {"configurable": {"thread_id": "bound"}}}
+    with pytest.raises(ThreadGraphError, match="thread 'bound' belongs to graph 'g:graph'"):
+        store.create(graph_id="g:other", thread_id="bound", kind="invoke", payload=payload)
+    assert [r.run_id for r in store.list(thread_id="bound")] == [first]
+    # The refused insert rolled back with its transaction: the connection serves the next.
+    assert store.require(submit(store, "bound")).graph_id == "g:graph"
 
 
 def test_heartbeat_reports_the_runs_still_owned(store: RunStore) -> None:
