@@ -9,17 +9,18 @@ A writer run (``invoke``, ``stream``, ``update_state``) first takes its thread's
 other coordinator can commit to the thread meanwhile; its checkpoints go through a saver
 fenced with the lease's token. ``invoke``/``stream`` runs stream the registry graph bound to
 the coordinator's executor and push every chunk the caller asked for to the run's Redis
-stream, plus ``progress`` events; the row gets its final status, then the stream its ``end``
-event. Reads (``get_state``, ``get_state_history``) need no lease.
+stream, plus ``progress`` events; the row gets its final status, then the stream its last
+chunks and its ``end`` event, in one round trip. Reads (``get_state``,
+``get_state_history``) need no lease.
 
 **Taking a run over.** A run whose coordinator died is claimed again by another one. Its
 input must not be applied twice: when first driven, the run records the thread's head
-checkpoint and its number of input writes (``RunStore.mark_started``, one statement that
-reads no values). Driven again, it compares them with the thread now — a newer head, or
-input writes added on the same head, mean the input was applied, and the run resumes with
-``None`` (LangGraph's "continue the thread"); otherwise it starts from its input as if for
-the first time. The loop then replans
-the head's tasks: those with pending writes in Postgres or results in Redis are not run again.
+checkpoint and its number of input writes (``RunStore.start``, in the round trip that takes
+the thread's lease; it reads no values). Driven again, it compares them with the thread
+now — a newer head, or input writes added on the same head, mean the input was applied, and
+the run resumes with ``None`` (LangGraph's "continue the thread"); otherwise it starts from
+its input as if for the first time. The loop then replans the head's tasks: those with
+pending writes in Postgres or results in Redis are not run again.
 """
 
 from __future__ import annotations
@@ -96,6 +97,8 @@ class RunDriver:
         self._wanted: list[str] = []
         self._tracker = _Tracker(ctx.settings.progress_interval)
         self._broken: BaseException | None = None  # the run's events could not be written
+        self._ending = False  # the loop has ended: its last chunks go with the end event
+        self._last: list[tuple[tuple[str, ...], str, Any]] = []  # those chunks
         self._released = False  # the lease went with the final status
 
     @property
@@ -128,11 +131,11 @@ class RunDriver:
             else:
                 self._finish(runs.SUCCESS, output=output)
             return False
-        token = self._acquire(run.thread_id)
-        if token is None:
+        started = self._acquire(run)
+        if started is None:
             return not self.ctx.abandoned.is_set()  # tried again later, or given up
+        token, head, writes = started
         saver = self.ctx.saver.fenced(run.thread_id, token)
-        head, writes = self.ctx.store.mark_started(run.run_id, self.ctx.owner, run.thread_id)
         moved = grew = False
         if run.start_writes is not None:  # driven before: what did it leave on the thread?
             moved = head != run.start_checkpoint
@@ -244,7 +247,14 @@ class RunDriver:
 
     def _write_events(self) -> None:
         """Write every queued chunk the caller asked for, and the progress events they
-        make, in one Redis round trip."""
+        make, in one Redis round trip. Once the loop has ended, they wait for the run's end
+        event instead and go in its round trip."""
+        if not self._ending:
+            self._write(self._take_events())
+
+    def _take_events(self) -> list[tuple[tuple[str, ...], str, Any]]:
+        """The queued chunks the caller asked for and the progress events they make (the
+        tracker sees every chunk here)."""
         with self._lock:
             taken, self._outbox = self._outbox, []
         batch = []
@@ -256,6 +266,9 @@ class RunDriver:
                 progress = self._tracker.observe(mode, chunk)
                 if progress is not None:
                     batch.append(((), events.PROGRESS, progress))
+        return batch
+
+    def _write(self, batch: list[tuple[tuple[str, ...], str, Any]]) -> None:
         if not batch or self._broken is not None:
             return
         ttl = self.ctx.settings.run_ttl
@@ -280,13 +293,16 @@ class RunDriver:
                 log.warning("run %s: could not cancel its tasks", self.run_id)
 
     def _stream_ended(self, outcome: Any, error: BaseException | None) -> None:
-        """The loop ended (on a reactor thread): once its events are written, the status."""
+        """The loop ended (on a reactor thread): the status, then its last events with the
+        end event."""
+        self._ending = True
         self._serial.submit(functools.partial(self._settle, error))
 
     def _settle(self, error: BaseException | None) -> None:
         try:
             if self.ctx.abandoned.is_set():
                 return
+            self._last = self._take_events()  # the output is in the last values chunk
             if self._broken is not None:
                 self._finish(runs.ERROR, error=self._broken)
             elif isinstance(error, TaskCancelledError):
@@ -295,6 +311,7 @@ class RunDriver:
                 self._finish(runs.TIMEOUT, error=error)
             elif isinstance(error, LeaseLostError):
                 log.warning("run %s: %s", self.run_id, error)
+                self._write(self._last)  # the new owner writes the end
                 self.lost.set()
             elif error is not None:  # the run's own failure (a node, a bad input, …)
                 self._finish(runs.ERROR, error=error)
@@ -308,15 +325,17 @@ class RunDriver:
 
     # -- lease, final status ----------------------------------------------------------
 
-    def _acquire(self, thread_id: str) -> int | None:
-        """The thread's lease, or None: while another coordinator's lease is still live
-        (it ends by expiry), the run starts again a moment later, on the reactor."""
-        token = self.ctx.saver.acquire_lease(thread_id, self.ctx.owner, self.ctx.lease_ttl)
-        if token is not None:
-            self.lease = (thread_id, token)
+    def _acquire(self, run: Run) -> tuple[int, str | None, int] | None:
+        """The thread's lease and head (``RunStore.start``), or None: while another
+        coordinator's lease is still live (it ends by expiry), the run starts again a moment
+        later, on the reactor."""
+        ttl = self.ctx.lease_ttl
+        started = self.ctx.store.start(run.run_id, self.ctx.owner, run.thread_id, ttl)
+        if started is not None:
+            self.lease = (run.thread_id, started[0])
         elif not self.ctx.abandoned.is_set():
-            self.ctx.reactor.later(min(1.0, self.ctx.lease_ttl / 4), self.start)
-        return token
+            self.ctx.reactor.later(min(1.0, ttl / 4), self.start)
+        return started
 
     def _failed(self, exc: BaseException) -> None:
         log.error("run %s: driver failed", self.run_id, exc_info=exc)
@@ -370,21 +389,24 @@ class RunDriver:
             f": {text}" if text else "",
             extra=logs.ids(run_id=self.run_id, thread_id=thread),
         )
-        end = {"status": status, "error": text}
+        # The run's last events, the end event after them, and, as a writer run's end may
+        # let a run queued behind it on its thread start, a coordinator's wake-up: one
+        # round trip.
+        last, self._last = [*self._last, *self._take_events()], []
+        end = [
+            *(last if self._broken is None else ()),
+            ((), events.END, {"status": status, "error": text}),
+        ]
+        wake = self.run_row.kind not in runs.READ_KINDS
         retry(
-            lambda: events.add_event(
-                self.ctx.redis, self.run_id, events.END, end, ttl=self.ctx.settings.run_ttl
+            lambda: events.add_events(
+                self.ctx.redis, self.run_id, end, ttl=self.ctx.settings.run_ttl, wake=wake
             ),
             transient=is_transient_redis,
             window=self.ctx.settings.retry_window,
             what=f"run {self.run_id}: streaming its end",
             stop=self.ctx.abandoned,
         )
-        if self.run_row.kind not in runs.READ_KINDS:
-            try:
-                events.wake(self.ctx.redis)  # a run queued behind this one may start now
-            except redis.RedisError as exc:  # Postgres is the truth: the next poll finds it
-                log.warning("run %s: could not wake coordinators (%s)", self.run_id, exc)
 
 
 class _Tracker:

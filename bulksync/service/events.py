@@ -108,23 +108,31 @@ def add_events(
     batch: Sequence[tuple[Sequence[str], str, Any]],
     *,
     ttl: int,
+    wake: bool = False,
 ) -> None:
     """Append ``(namespace, mode, chunk)`` events to the run's stream in order, in one
-    round trip; the stream lives ``ttl`` s more."""
+    round trip; the stream lives ``ttl`` s more. ``wake``: and wake a coordinator (a run's
+    end may let the next run of its thread start), in the same round trip."""
     key = keys.events(run_id)
     pipe = client.pipeline(transaction=False)
     for namespace, mode, chunk in batch:
         pipe.xadd(key, dumps_event(namespace, mode, chunk))
     pipe.expire(key, ttl)
+    if wake:
+        _queue_wake(pipe)
     pipe.execute()
 
 
 def wake(client: redis.Redis) -> None:
     """Tell a waiting coordinator there is work (``keys.WAKE``, kept short)."""
     pipe = client.pipeline(transaction=False)
+    _queue_wake(pipe)
+    pipe.execute()
+
+
+def _queue_wake(pipe: Any) -> None:
     pipe.lpush(keys.WAKE, b"1")
     pipe.ltrim(keys.WAKE, 0, 999)
-    pipe.execute()
 
 
 def announce(client: redis.Redis, graph_ids: Sequence[str], owner: str, ttl: float) -> None:

@@ -134,7 +134,8 @@ _STALE_SQL = f"""UPDATE bulksync_runs SET
     WHERE status = 'running' AND heartbeat_at < now() - make_interval(secs => %s)
     RETURNING {_COLUMNS}"""
 # The thread's latest root checkpoint and its input writes (the saver's tables, read without
-# their values), recorded on the run the first time only; the head is returned either way.
+# their values), recorded on the run the first time only and only while the caller holds the
+# thread's lease; the head is returned either way.
 _STARTED_SQL = """WITH head AS (
         SELECT c.checkpoint_id, (SELECT count(*) FROM bulksync_checkpoint_writes w
             WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = ''
@@ -145,7 +146,8 @@ _STARTED_SQL = """WITH head AS (
         UPDATE bulksync_runs SET start_checkpoint = (SELECT checkpoint_id FROM head),
             start_writes = coalesce((SELECT writes FROM head), 0)
         WHERE run_id = %(run)s AND owner = %(owner)s AND status = 'running'
-        AND start_writes IS NULL)
+        AND start_writes IS NULL AND EXISTS (SELECT 1 FROM bulksync_thread_leases l
+            WHERE l.thread_id = %(thread)s AND l.owner = %(owner)s AND l.expires_at > now()))
     SELECT (SELECT checkpoint_id FROM head), coalesce((SELECT writes FROM head), 0)"""
 _FINISH_SQL = """UPDATE bulksync_runs SET status = %s, output = %s, error = %s,
     updated_at = now() WHERE run_id = %s AND owner = %s AND status = 'running'
@@ -354,19 +356,35 @@ class RunStore:
             cur = conn.cursor(row_factory=dict_row)
             return [_run(r) for r in cur.execute(_STALE_SQL, (float(stale_after),)).fetchall()]
 
-    def mark_started(self, run_id: str, owner: str, thread_id: str) -> tuple[str | None, int]:
-        """Record the head of the run's thread when the run is first driven (later calls
-        change nothing), in one statement; return the head as it is now: its checkpoint id
-        (None: no checkpoint yet) and how many input writes it holds."""
+    def start(
+        self, run_id: str, owner: str, thread_id: str, lease_ttl: float
+    ) -> tuple[int, str | None, int] | None:
+        """Take the lease of the run's thread for ``owner`` (as ``acquire_lease`` of the
+        saver does) and record the thread's head when the run is first driven (later calls
+        change nothing), in one round trip.
 
-        def mark(_: int) -> tuple[str | None, int]:
-            args = {"input": NULL_TASK_ID, "thread": thread_id, "run": run_id, "owner": owner}
+        Returns None while another owner's lease on the thread is live (nothing recorded);
+        else the lease's fencing token and the head as it is now: its checkpoint id (None:
+        no checkpoint yet) and how many input writes it holds.
+        """
+
+        def start(_: int) -> tuple[int, str | None, int] | None:
+            args = {
+                "input": NULL_TASK_ID,
+                "thread": thread_id,
+                "run": run_id,
+                "owner": owner,
+                "ttl": float(lease_ttl),
+            }
             with self.pool.connection() as conn:
-                row = conn.execute(_STARTED_SQL, args).fetchone()
+                with conn.pipeline():  # one transaction: the head is recorded under the lease
+                    lease = conn.execute(pgm.ACQUIRE_SQL, args)
+                    head = conn.execute(_STARTED_SQL, args)
+                token, row = lease.fetchone(), head.fetchone()
             assert row is not None  # a SELECT of two scalars always has its row
-            return row[0], int(row[1])
+            return None if token is None else (int(token[0]), row[0], int(row[1]))
 
-        return self._retry(mark, f"marking run {run_id} started")
+        return self._retry(start, f"starting run {run_id}")
 
     def finish(
         self,
@@ -387,10 +405,11 @@ class RunStore:
             raise ConfigError(f"{status!r} is not a final status; use one of {sorted(FINISHED)}")
 
         def finish(attempt: int) -> bool:
-            with self.pool.connection() as conn, conn.pipeline():
-                cur = conn.execute(_FINISH_SQL, (status, output, error, run_id, owner))
-                if lease is not None:
-                    conn.execute(pgm.RELEASE_SQL, (lease[0], owner, lease[1]))
+            with self.pool.connection() as conn:
+                with conn.pipeline():  # one round trip: its results are read after the sync
+                    cur = conn.execute(_FINISH_SQL, (status, output, error, run_id, owner))
+                    if lease is not None:
+                        conn.execute(pgm.RELEASE_SQL, (lease[0], owner, lease[1]))
                 row = cur.fetchone()
             if row is None and attempt > 1:  # did the first attempt commit, reply lost?
                 now = self._get(run_id)

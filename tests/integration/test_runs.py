@@ -182,12 +182,13 @@ def test_a_stale_run_whose_cancel_was_asked_ends_cancelled(store: RunStore) -> N
     assert store.claim("heir", 10, GRAPHS) == []
 
 
-def test_mark_started_keeps_the_first_head_and_tells_the_head_now(
+def test_start_takes_the_lease_keeps_the_first_head_and_tells_the_head_now(
     store: RunStore, pg_schema: str
 ) -> None:
     run_id = submit(store, "a")
     store.claim("me", 1, GRAPHS)
-    assert store.mark_started(run_id, "me", "a") == (None, 0)  # no checkpoint yet
+    started = store.start(run_id, "me", "a", 30)
+    assert started == (1, None, 0)  # the first token; no checkpoint yet
     with PostgresSaver.from_conn_string(pg_schema) as saver:
         saver.setup()
         builder = StateGraph(State)
@@ -201,10 +202,27 @@ def test_mark_started_keeps_the_first_head_and_tells_the_head_now(
         # A Command's input writes on the head (as a run that applied its input leaves).
         saver.put_writes(head.config, [("n", 5), ("n", 6)], NULL_TASK_ID)
         saver.put_writes(head.config, [("n", 7)], "some-task")
-    assert store.mark_started(run_id, "me", "a") == (head.checkpoint.id, 2)
-    run = store.require(run_id)
-    assert (run.start_checkpoint, run.start_writes) == (None, 0)  # the first head stays
-    assert store.mark_started(run_id, "someone-else", "a") == (head.checkpoint.id, 2)
+        # The holder again: the same token, and the head now.
+        assert store.start(run_id, "me", "a", 30) == (1, head.checkpoint.id, 2)
+        run = store.require(run_id)
+        assert (run.start_checkpoint, run.start_writes) == (None, 0)  # the first head stays
+        # Another owner gets no lease while it is live, and records nothing.
+        assert store.start(run_id, "someone-else", "a", 30) is None
+        saver.release_lease("a", "me", 1)
+        assert saver.acquire_lease("a", "someone-else", 30) == 2  # the store's lease, shared
+
+
+def test_start_records_no_head_without_the_lease(store: RunStore, pg_schema: str) -> None:
+    run_id = submit(store, "a")
+    store.claim("me", 1, GRAPHS)
+    with PostgresSaver.from_conn_string(pg_schema) as saver:
+        saver.setup()
+        assert saver.acquire_lease("a", "other", 30) == 1  # a coordinator that still holds it
+        assert store.start(run_id, "me", "a", 30) is None
+        assert store.require(run_id).start_writes is None  # its head is taken once it leases
+        saver.release_lease("a", "other", 1)
+        assert store.start(run_id, "me", "a", 30) == (2, None, 0)
+        assert store.require(run_id).start_writes == 0
 
 
 def test_finish_needs_a_final_status(store: RunStore) -> None:

@@ -184,6 +184,20 @@ def test_submit_wait_gives_the_local_final_state(service: Service) -> None:
     assert run.kind == "invoke" and run.graph_id == graph_id and run.error is None
 
 
+def test_a_runs_last_chunks_precede_its_end_event(service: Service) -> None:
+    # The loop's last chunks wait for the end, to be written in its round trip.
+    graph_id = service.register(chain_graph(service))
+    service.start()
+    run_id = service.client.submit(graph_id, {"log": ["in"]}, stream_mode=["values", "updates"])
+    run = service.client.wait(run_id, timeout=WAIT)
+    read = service.client.stream(run_id)
+    streamed = [(e.mode, e.chunk) for e in read if e.mode != events.PROGRESS]
+    assert [mode for mode, _ in streamed[-3:]] == ["updates", "values", events.END]
+    assert streamed[-3][1] == {"second": {"log": ["second"]}}
+    assert streamed[-2][1] == run.output == {"log": ["in", "first", "second"]}
+    assert streamed[-1][1] == {"status": runs.SUCCESS, "error": None}
+
+
 def test_runs_on_one_thread_are_queued_in_order(service: Service) -> None:
     graph_id = service.register(chain_graph(service))
     service.start()
