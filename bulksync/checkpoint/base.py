@@ -234,6 +234,13 @@ def put_writes_batch(
         saver.put_writes(config, writes, task_id, task_path)
 
 
+Step = tuple[
+    Mapping[str, Any], Sequence[TaskWrites], Checkpoint, Mapping[str, Any], Mapping[str, int]
+]
+"""One ``put_step``'s arguments: the parent's config, the writes recorded against the parent,
+the checkpoint, its metadata and its new versions."""
+
+
 def put_step(
     saver: CheckpointSaver,
     config: Mapping[str, Any],
@@ -250,6 +257,20 @@ def put_step(
     if batch:
         put_writes_batch(saver, config, batch)
     return saver.put(config, checkpoint, metadata, new_versions)
+
+
+def put_steps(saver: CheckpointSaver, steps: Sequence[Step]) -> list[dict[str, Any]]:
+    """``put_step`` of each of ``steps`` in order; their configs. One transaction when the
+    saver can (``PostgresSaver.put_steps``: see ``stores_steps_together``)."""
+    together = getattr(saver, "put_steps", None)
+    if together is not None:
+        return [dict(c) for c in together(steps)]
+    return [put_step(saver, *step) for step in steps]
+
+
+def stores_steps_together(saver: CheckpointSaver) -> bool:
+    """Whether ``put_steps`` stores several checkpoints in one transaction on ``saver``."""
+    return hasattr(saver, "put_steps")
 
 
 def write_index(channel: str, position: int) -> int:

@@ -67,6 +67,7 @@ from bulksync.checkpoint.base import (
     Checkpoint,
     CheckpointTuple,
     Serde,
+    Step,
     TaskWrites,
     blob_rows,
     checkpoint_config,
@@ -263,11 +264,32 @@ class PostgresSaver(AsyncSaverMethods):
             LeaseLostError: on a ``fenced`` view, when another coordinator took the thread
                 (nothing is stored, the writes neither).
         """
-        thread_id, ns, parent_id = config_thread(config)
-        rows = self._write_rows(config, batch)
-        blobs = blob_rows(self.serde, thread_id, ns, checkpoint, new_versions)
-        record = dumps_checkpoint(self.serde, checkpoint)
-        row = (thread_id, ns, checkpoint.id, parent_id, record, _metadata_json(metadata))
+        return self.put_steps([(config, batch, checkpoint, metadata, new_versions)])[0]
+
+    def put_steps(self, steps: Sequence[Step]) -> builtins.list[dict[str, Any]]:
+        """``put_step`` of each of ``steps`` in order, all in one transaction and one round
+        trip (each step's config names the checkpoint of the step before, or the head);
+        their configs.
+
+        Raises:
+            LeaseLostError: on a ``fenced`` view, when another coordinator took the thread
+                (nothing is stored).
+        """
+        thread_id = config_thread(steps[0][0])[0]
+        queued = []
+        configs: builtins.list[dict[str, Any]] = []
+        for config, batch, checkpoint, metadata, new_versions in steps:
+            thread, ns, parent_id = config_thread(config)
+            assert thread == thread_id, "put_steps stores the steps of one thread"
+            record = dumps_checkpoint(self.serde, checkpoint)
+            queued.append(
+                (
+                    self._write_rows(config, batch),
+                    blob_rows(self.serde, thread, ns, checkpoint, new_versions),
+                    (thread, ns, checkpoint.id, parent_id, record, _metadata_json(metadata)),
+                )
+            )
+            configs.append(checkpoint_config(thread, ns, checkpoint.id))
         token = self._fence[1] if self._fence and self._fence[0] == thread_id else None
 
         def commit() -> None:  # one transaction: retried whole, fence check included
@@ -276,16 +298,18 @@ class PostgresSaver(AsyncSaverMethods):
                     cur = conn.cursor()
                     if token is not None:
                         cur.execute(pgm.FENCE_SQL, (thread_id, token))
-                    _queue_writes(cur, rows)
-                    cur.executemany(pgm.PUT_BLOB_SQL, blobs)
-                    cur.execute(pgm.PUT_CHECKPOINT_SQL, row)
+                    for rows, blobs, row in queued:
+                        _queue_writes(cur, rows)
+                        cur.executemany(pgm.PUT_BLOB_SQL, blobs)
+                        cur.execute(pgm.PUT_CHECKPOINT_SQL, row)
             except psycopg.Error as exc:
                 if token is None or exc.sqlstate != pgm.LEASE_LOST_SQLSTATE:
                     raise
                 raise _lease_lost(thread_id, token, exc.diag.message_detail) from None
 
-        self._retry(commit, f"committing checkpoint {checkpoint.id} of thread {thread_id}")
-        return checkpoint_config(thread_id, ns, checkpoint.id)
+        ids = ", ".join(step[2].id for step in steps)
+        self._retry(commit, f"committing checkpoint {ids} of thread {thread_id}")
+        return configs
 
     def put_writes(
         self,

@@ -29,10 +29,14 @@ from bulksync.checkpoint.base import (
     CheckpointTuple,
     Encoded,
     PendingWrite,
+    Step,
+    checkpoint_config,
     config_thread,
     decoded,
     put_step,
+    put_steps,
     put_writes_batch,
+    stores_steps_together,
 )
 from bulksync.checkpoint.serde import dumps_for
 from bulksync.constants import (
@@ -193,6 +197,8 @@ class Ledger:
         self._batch: list[_Recorded] | None = None
         self._hold = False
         self._held: list[_Recorded] = []
+        # A checkpoint committed with ``defer``, not stored yet (``store_deferred``).
+        self._deferred: Step | None = None
 
     @property
     def durable(self) -> bool:
@@ -206,11 +212,15 @@ class Ledger:
         versions: Versions,
         step: int,
         updated_channels: set[str] | None,
+        *,
+        defer: bool = False,
     ) -> None:
         """Make the checkpoint of ``step`` from the channels; store it unless durability waits.
 
         ``source="exit"`` rewrites the last checkpoint in place (same id and metadata) to
-        store it at the end of a ``durability="exit"`` run.
+        store it at the end of a ``durability="exit"`` run. ``defer``: a saver that stores
+        several checkpoints at once (``put_steps``) stores this one with the next, in one
+        transaction, unless something else reaches the saver first (``store_deferred``).
         """
         exiting = source == "exit"
         if exiting and self.checkpoint.id == self._saved_id:
@@ -231,7 +241,7 @@ class Ledger:
             saved_parent = self._saved_config["configurable"].get(CHECKPOINT_ID)
             self.parent_config = self._saved_config if saved_parent else None
             stored = self._stored_checkpoint(channels, changed)
-            self.config = self._put_step(stored, changed)
+            self.config = self._put_step(stored, changed, defer=defer)
             self._saved_config = dict(self.config)
             self._saved_id = self.checkpoint.id
         elif not exiting:
@@ -303,21 +313,46 @@ class Ledger:
         Raises:
             SerializationError: a value the saver cannot store, naming its node and channel.
         """
+        self.store_deferred()
         held, self._held = self._held, []
         if held:
             self._put_batch(held)
 
-    def _put_step(self, stored: Checkpoint, changed: Mapping[str, Any]) -> dict[str, Any]:
-        """Store the held writes and ``stored`` after them, together when the saver can."""
+    def store_deferred(self) -> None:
+        """Store the checkpoint ``commit(defer=True)`` held back, on its own: before the
+        writes recorded against it, or before a task that runs user code starts from it."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            assert self.saver is not None  # only a saver's commit defers
+            put_steps(self.saver, [deferred])
+
+    def _put_step(
+        self, stored: Checkpoint, changed: Mapping[str, Any], *, defer: bool = False
+    ) -> dict[str, Any]:
+        """Store the held writes and ``stored`` after them, together when the saver can;
+        after a deferred checkpoint, in the same transaction. ``defer``: hold ``stored``
+        back instead, where the saver can store it with the next (its config, as stored)."""
         assert self.saver is not None
         if self._held and self.config != self._saved_config:
             self.flush()  # (held against another checkpoint than the parent: not one step)
+        if defer and stores_steps_together(self.saver) and not self._held:
+            self.store_deferred()  # at most one waits
+            self._deferred = (dict(self._saved_config), [], stored, dict(self.metadata), changed)
+            thread_id, ns, _ = config_thread(self._saved_config)
+            return checkpoint_config(thread_id, ns, stored.id)
         held = [(w, t, p) for t, p, w, _, _ in self._held]
+        step = (self._saved_config, held, stored, self.metadata, changed)
+        deferred, self._deferred = self._deferred, None
         try:
-            config = put_step(self.saver, self._saved_config, held, stored, self.metadata, changed)
+            if deferred is not None:
+                config = put_steps(self.saver, [deferred, step])[-1]
+            else:
+                config = put_step(self.saver, *step)
         except SerializationError:
             if not held:
                 raise
+            if deferred is not None:
+                put_steps(self.saver, [deferred])
             self.flush()  # raises naming the write's node and channel if a write is at fault
             config = self.saver.put(self._saved_config, stored, self.metadata, changed)
         self._held = []
@@ -325,6 +360,7 @@ class Ledger:
 
     def _put_batch(self, batch: list[_Recorded]) -> None:
         assert self.saver is not None
+        self.store_deferred()
         try:
             put_writes_batch(self.saver, self.config, [(w, t, p) for t, p, w, _, _ in batch])
         except SerializationError:
@@ -411,6 +447,7 @@ class Ledger:
         plain: Sequence[Write],
     ) -> None:
         assert self.saver is not None
+        self.store_deferred()
         try:
             self.saver.put_writes(self.config, writes, task_id, task_path)
         except SerializationError as exc:

@@ -286,7 +286,9 @@ class SuperstepLoop:
             self.spec.trigger_to_nodes,
             version_bits=clock.version_bits(),
         )
-        self._commit("input")
+        # Stored with the next step's checkpoint when that step runs no user code (START
+        # mapping the input): one transaction for both (``run_tasks`` stores it otherwise).
+        self._commit("input", defer=True)
 
     # -- planning and committing ------------------------------------------------------
 
@@ -310,9 +312,12 @@ class SuperstepLoop:
             managed_values(self.spec.managed, self.step, self.stop),
         )
 
-    def _commit(self, source: str) -> None:
-        """Commit the step's checkpoint and move on to the next step."""
-        self.ledger.commit(source, self.channels, self.versions, self.step, self.updated_channels)
+    def _commit(self, source: str, *, defer: bool = False) -> None:
+        """Commit the step's checkpoint and move on to the next step (``defer``: see
+        ``Ledger.commit``)."""
+        self.ledger.commit(
+            source, self.channels, self.versions, self.step, self.updated_channels, defer=defer
+        )
         self.step += 1
 
     # -- one step ---------------------------------------------------------------------
@@ -363,6 +368,8 @@ class SuperstepLoop:
         todo = self._from_cache([t for t in self.tasks.values() if t.id not in self.task_writes])
         if not todo:
             return
+        if any(not self.spec.nodes[t.name].bookkeeping for t in todo):
+            self.ledger.store_deferred()  # user code starts from a stored checkpoint only
         results = Inbox()
         plain = [t for t in todo if self.spec.nodes[t.name].subgraph is None]
         step_input = self._step_input()

@@ -478,3 +478,39 @@ def _waiting_on_a_lock(saver: PostgresSaver) -> bool:
         " AND query LIKE '%%bulksync_thread_leases%%'",
     )
     return bool(rows[0][0])
+
+
+def test_several_steps_are_stored_in_one_transaction(saver: PostgresSaver) -> None:
+    first = checkpoint(0, {"a": 0}, {"a": 1})
+    second = checkpoint(1, {"a": 1}, {"a": 2})
+    configs = saver.put_steps(
+        [
+            (thread(), [], first, {"step": -1}, {"a": 1}),
+            (saver_config(first), [([("a", "x")], "t-x", "p")], second, {"step": 0}, {"a": 2}),
+        ]
+    )
+    assert configs == [saver_config(first), saver_config(second)]
+    head = saver.get_tuple(thread())
+    assert head is not None and head.config == configs[1]
+    assert head.parent_config == configs[0]
+    parent = saver.get_tuple(configs[0])
+    assert parent is not None and list(parent.pending_writes) == [("t-x", "a", "x")]
+
+
+def test_steps_a_stale_coordinator_commits_store_nothing(saver: PostgresSaver) -> None:
+    stale = saver.fenced("t1", saver.acquire_lease("t1", "a", 30) or 0)
+    expire(saver, "t1")
+    assert saver.acquire_lease("t1", "b", 30) == 2
+    first = checkpoint(0, {"a": 0}, {"a": 1})
+    with pytest.raises(LeaseLostError, match="another coordinator took it over"):
+        stale.put_steps(
+            [
+                (thread(), [], first, {}, {"a": 1}),
+                (saver_config(first), [], checkpoint(1, {"a": 1}, {"a": 2}), {}, {"a": 2}),
+            ]
+        )
+    assert saver.get_tuple(thread()) is None
+
+
+def saver_config(ckpt: Checkpoint, thread_id: str = "t1") -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": ckpt.id}}
