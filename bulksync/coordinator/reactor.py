@@ -46,6 +46,7 @@ class Reactor:
         self._timer_cond = threading.Condition()
         self._timer_thread: threading.Thread | None = None
         self._closed = False
+        self._local = threading.local()  # ``after``: what waits for this thread's turn to end
 
     def start(
         self, steps: Steps[T], done: Callable[[T | None, BaseException | None], None]
@@ -63,6 +64,22 @@ class Reactor:
             self._pool.submit(_logged, fn)
         except RuntimeError:  # closed meanwhile
             log.debug("reactor %s closed: %s dropped", self._name, fn)
+
+    def when_waiting(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` once the run this thread moves on next waits (for its tasks, having
+        published them) or ends: work that must not slow its step, such as writing its
+        events. Off a run's turn (another thread, a ``Serial``), at once."""
+        after: list[Callable[[], Any]] | None = getattr(self._local, "after", None)
+        if after is None:
+            fn()
+        else:
+            after.append(fn)
+
+    def _waits(self) -> None:
+        """The run this thread moves on waits or ended: run what ``when_waiting`` kept."""
+        after: list[Callable[[], Any]] | None = getattr(self._local, "after", None)
+        while after:
+            _logged(after.pop(0))
 
     def later(self, delay: float, fn: Callable[[], None]) -> None:
         """Run ``fn`` on a reactor thread in ``delay`` seconds."""
@@ -130,14 +147,20 @@ class _Driven(Generic[T]):
         self._reactor.call(self._turn)
 
     def _turn(self) -> None:
-        while True:
-            with self._lock:
-                self._again = False
-            self._context.run(self._advance)
-            with self._lock:
-                if self._finished or not self._again:
-                    self._busy = False
-                    return
+        local = self._reactor._local
+        local.after = []
+        try:
+            while True:
+                with self._lock:
+                    self._again = False
+                self._context.run(self._advance)
+                with self._lock:
+                    if self._finished or not self._again:
+                        self._busy = False
+                        return
+        finally:
+            self._reactor._waits()
+            local.after = None
 
     def _advance(self) -> None:
         """Send the run on until it waits with nothing arrived, or ends."""
@@ -161,6 +184,7 @@ class _Driven(Generic[T]):
         if wait.deadline is not None and (self._wait is None or self._wait.inbox is not wait.inbox):
             self._reactor.later(max(0.0, wait.deadline - time.monotonic()), self.kick)
         self._wait = wait
+        self._reactor._waits()
 
     def _end(self, value: T | None, error: BaseException | None) -> None:
         with self._lock:

@@ -242,8 +242,10 @@ class RunDriver:
         with self._lock:
             self._outbox.append((namespace, mode, chunk))
             first = len(self._outbox) == 1
-        if first:
-            self._serial.submit(self._write_events)
+        if first:  # written once the loop waits: not while it commits or publishes
+            self.ctx.reactor.when_waiting(
+                functools.partial(self._serial.submit, self._write_events)
+            )
 
     def _write_events(self) -> None:
         """Write every queued chunk the caller asked for, and the progress events they

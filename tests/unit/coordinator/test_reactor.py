@@ -146,3 +146,29 @@ def test_a_closed_reactor_drops_work_without_raising() -> None:
     reactor.call(ran.set)  # a result reaching a run after the coordinator stopped
     reactor.later(0, ran.set)
     assert not ran.wait(0.2)
+
+
+def test_work_kept_for_when_a_loop_waits_runs_after_its_step(reactor: Reactor) -> None:
+    order: list[str] = []
+    inbox = Inbox()
+    ended = threading.Event()
+
+    def loop() -> Steps[None]:
+        for step in range(2):
+            reactor.when_waiting(lambda step=step: order.append(f"events {step}"))
+            order.append(f"publish {step}")  # the step's own work goes first
+            yield Await(inbox, 1, None)
+        reactor.when_waiting(lambda: order.append("last events"))
+        order.append("end")
+
+    reactor.start(loop(), lambda value, error: ended.set())
+    deadline = time.monotonic() + 10
+    while "events 0" not in order and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert order == ["publish 0", "events 0"]  # kept until the loop waited, then run
+    inbox.put(TaskResult("t0", ()))
+    inbox.put(TaskResult("t1", ()))  # both steps' results at once: one turn, two waits
+    assert ended.wait(10)
+    assert order == ["publish 0", "events 0", "publish 1", "events 1", "end", "last events"]
+    reactor.when_waiting(lambda: order.append("off a turn"))  # no loop moving on: at once
+    assert order[-1] == "off a turn"
