@@ -46,7 +46,7 @@ class Reactor:
         self._timer_cond = threading.Condition()
         self._timer_thread: threading.Thread | None = None
         self._closed = False
-        self._local = threading.local()  # ``after``: what waits for this thread's turn to end
+        self._local = threading.local()  # ``after``: what ``when_waiting`` keeps, per thread
 
     def start(
         self, steps: Steps[T], done: Callable[[T | None, BaseException | None], None]
