@@ -56,6 +56,9 @@ from bulksync.workers.callback_relay import CALLBACK_EVENTS, relay_manager
 
 log = logging.getLogger("bulksync.coordinator")
 
+_Chunk = tuple[tuple[str, ...], str, Any]
+"""A chunk of a run's stream: its namespace, mode and value."""
+
 # Output, interrupts, and progress (task counts from debug; where tasks are from progress).
 _INTERNAL_MODES = ("values", "updates", "debug", events.PROGRESS)
 
@@ -93,12 +96,12 @@ class RunDriver:
         self._loop: SuperstepLoop | None = None
         self._serial = Serial(ctx.reactor)
         self._lock = threading.Lock()
-        self._outbox: list[tuple[tuple[str, ...], str, Any]] = []
+        self._outbox: list[_Chunk] = []
         self._wanted: list[str] = []
         self._tracker = _Tracker(ctx.settings.progress_interval)
         self._broken: BaseException | None = None  # the run's events could not be written
         self._ending = False  # the loop has ended: its last chunks go with the end event
-        self._last: list[tuple[tuple[str, ...], str, Any]] = []  # those chunks
+        self._last: list[_Chunk] = []  # those chunks
         self._released = False  # the lease went with the final status
 
     @property
@@ -254,7 +257,7 @@ class RunDriver:
         if not self._ending:
             self._write(self._take_events())
 
-    def _take_events(self) -> list[tuple[tuple[str, ...], str, Any]]:
+    def _take_events(self) -> list[_Chunk]:
         """The queued chunks the caller asked for and the progress events they make (the
         tracker sees every chunk here)."""
         with self._lock:
@@ -270,7 +273,7 @@ class RunDriver:
                     batch.append(((), events.PROGRESS, progress))
         return batch
 
-    def _write(self, batch: list[tuple[tuple[str, ...], str, Any]]) -> None:
+    def _write(self, batch: list[_Chunk]) -> None:
         if not batch or self._broken is not None:
             return
         ttl = self.ctx.settings.run_ttl

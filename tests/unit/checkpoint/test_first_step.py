@@ -60,18 +60,16 @@ def history(graph: Any, config: dict[str, Any]) -> list[tuple[Any, ...]]:
     ]
 
 
-def record_put_steps(saver: CheckpointSaver) -> list[list[str]]:
+def record_put_steps(saver: PostgresSaver) -> list[list[str]]:
     """The sources of the checkpoints each ``put_steps`` call stores, call by call."""
     calls: list[list[str]] = []
-    put_steps = getattr(saver, "put_steps", None)
-    if put_steps is None:
-        return calls
+    put_steps = saver.put_steps
 
     def recording(steps: Any) -> Any:
         calls.append([metadata["source"] for _, _, _, metadata, _ in steps])
         return put_steps(steps)
 
-    saver.put_steps = recording  # type: ignore[attr-defined]
+    saver.put_steps = recording  # type: ignore[method-assign]
     return calls
 
 
