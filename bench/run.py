@@ -30,11 +30,12 @@ measures, interleaving the contenders round by round:
    bytes the last step added, the bytes per step on average, and the time to read the
    latest state.
 
-It prints the command to reproduce, the machine, every figure and the ratios, and stops the
-workers at the end, on errors and on Ctrl-C. Service URLs come from ``BULKSYNC_*`` variables
-(the database defaults to the local ``test`` database). A ``--fanout 0``, ``--steps 0``,
-``--io 0``, ``--wide 0``, ``--e2e 0``, ``--cpu 0`` or ``--chat 0`` skips that part (``--runs
-0`` part 4's second half).
+It prints the command to reproduce, the machine and its speed at the start and the end (an
+empty loop, timed: the same hardware runs at different speeds on different days), every figure
+and the ratios, and stops the workers at the end, on errors and on Ctrl-C. Service URLs come
+from ``BULKSYNC_*`` variables (the database defaults to the local ``test`` database). A
+``--fanout 0``, ``--steps 0``, ``--io 0``, ``--wide 0``, ``--e2e 0``, ``--cpu 0`` or ``--chat
+0`` skips that part (``--runs 0`` part 4's second half).
 """
 
 from __future__ import annotations
@@ -186,6 +187,23 @@ def machine() -> list[str]:
 def load() -> str:
     """The 1/5/15-minute load averages."""
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+SPEED_STEPS: Final = 10_000_000
+"""Steps of the loop that times this machine's Python speed (``speed``)."""
+
+
+def speed(steps: int = SPEED_STEPS, tries: int = 3) -> str:
+    """How fast this machine runs Python now: the quickest of ``tries`` timings of an empty
+    ``steps``-step loop. The same hardware has run it from 0.27 s to 0.87 s on different
+    days, so figures from different runs compare only with this beside them."""
+    best = math.inf
+    for _ in range(tries):
+        began = time.perf_counter()
+        for _ in range(steps):
+            pass
+        best = min(best, time.perf_counter() - began)
+    return f"an empty {steps:,}-step Python loop took {best:.3f} s (quickest of {tries})"
 
 
 def show(timings: dict[str, Timing], *, per: int = 1, unit: str = "s") -> None:
@@ -593,6 +611,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"postgres {redact(settings.database_url)}"
     )
     print(f"load average at start: {load()}")
+    print(f"speed at start: {speed()}")
     app = make_app(settings)
     try:
         check_services(
@@ -639,6 +658,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         delete_queue(app, settings.queue)
     print(f"\nload average at end: {load()}")
+    print(f"speed at end: {speed()}")
     return 0
 
 

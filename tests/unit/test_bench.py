@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 import types
 import uuid
@@ -158,6 +159,12 @@ def test_command_line_defaults_and_reproduction() -> None:
     assert "--e2e 20 --runs 200 --chat 500 --cpu 200 --cpu-work 0.02" in run.reproduce(args)
     with pytest.raises(SystemExit):
         run.parse_args(["--workers", "0"])
+
+
+def test_speed_times_the_quickest_of_its_tries() -> None:
+    line = run.speed(steps=20_000, tries=2)
+    took = r"an empty 20,000-step Python loop took \d+\.\d{3} s \(quickest of 2\)"
+    assert re.fullmatch(took, line)
 
 
 def test_settings_use_a_private_queue() -> None:
