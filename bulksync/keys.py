@@ -10,12 +10,16 @@
                                                   descriptors of a batched message
     bulksync:inbox:<step key>             list    what workers report, in order:      until the
                                                   results and custom stream events    step ends
-    bulksync:result:<slot>                string  a task's first result (first wins)  result_ttl
+    bulksync:result:<slot>                string  a task's first result (first wins)  until its
+                                                                                      step's
+                                                                                      checkpoint
+                                                                                      is committed
+                                                                                      (*)
     bulksync:claim:<slot>                 string  the token of the worker process     claim_lease,
                                                   running the task (SET NX)           renewed by
                                                                                       heartbeats
-    bulksync:deliveries:<slot>            string  how many times a worker claimed     result_ttl
-                                                  the task (started it)
+    bulksync:deliveries:<slot>            string  how many times a worker claimed     as result
+                                                  the task (started it)               (*)
     bulksync:cancel:<run id>              string  present once a run is cancelled     run_ttl
     bulksync:cancel-step:<step key>       string  present once a step is cancelled    step_ttl
     bulksync:inboxes:<run id>             set     inbox keys of the run's live steps  run_ttl
@@ -25,6 +29,11 @@
                                                   scored by when their claim lapses   lapse
     bulksync:gatherer:<gatherer id>       list    "a step joined" signals that wake   step_ttl
                                                   an executor's gatherer from BLPOP
+
+(*) Or, in a root graph without a saver, until the step is applied. A step that a restart may
+dispatch again keeps them for ``result_ttl``: under ``durability="exit"``, in a subgraph that
+stores no checkpoints, a step that stopped (failed, paused, cancelled) or a coordinator that
+died.
 
 A *step key* is a random id per dispatched step, so a step dispatched again after a
 coordinator crash never mixes with the old one. Task ids are unique across runs (they hash

@@ -166,7 +166,8 @@ class Settings:
     result_ttl: int = setting(
         DAY,
         group="cluster",
-        doc="how long a task's result is kept for a restarted coordinator to collect",
+        doc="how long a task's result is kept for a restarted coordinator to collect, when "
+        "its step's checkpoint is not committed (a committed step's results are deleted)",
         unit="seconds",
     )
     run_ttl: int = setting(

@@ -149,7 +149,12 @@ class StepLive:
 
 
 class StepHandle(Protocol):
-    """A step in flight."""
+    """A step in flight.
+
+    A handle may also have ``forget()``, which the loop calls once the step's checkpoint is
+    committed (the step will never run again): an executor that keeps results to recover a
+    step (``CeleryStep``) may drop them then.
+    """
 
     def cancel(self) -> None:
         """Stop the step's unfinished tasks; each gets a ``TaskCancelledError`` result."""

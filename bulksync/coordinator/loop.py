@@ -364,6 +364,7 @@ class SuperstepLoop:
     def run_tasks(self) -> Steps[None]:
         """Run the step's unfinished tasks, recording each result as it arrives; yields
         where it waits for them (``inbox.py``)."""
+        self._handle = None
         self.stream.flush()
         todo = self._from_cache([t for t in self.tasks.values() if t.id not in self.task_writes])
         if not todo:
@@ -595,6 +596,7 @@ class SuperstepLoop:
         self.ledger.pending.clear()
         self.is_replaying = False
         self._commit("loop")
+        self._forget_step()
         after = self.options.interrupt_after
         if after and should_interrupt(self.checkpoint, after, self.tasks.values()):
             self.status = "interrupt_after"
@@ -603,6 +605,17 @@ class SuperstepLoop:
         # Only the first step resumes: a subgraph a later step enters again starts on its
         # new input, as LangGraph unsets its resuming flag here.
         self.is_resuming = False
+
+    def _forget_step(self) -> None:
+        """The step's checkpoint is committed, or nothing could run it again (a root graph
+        without a saver): what its executor kept to recover the step can go. Not under
+        ``durability="exit"``, nor in a subgraph that stores no checkpoints of its own: a
+        restart runs those steps again, and finds their tasks' results."""
+        forget = getattr(self._handle, "forget", None)
+        if forget is None:
+            return
+        if self.ledger.durable or (self.saver is None and self.nesting is None):
+            forget()
 
     def halt(self) -> None:
         """This loop's caller stopped (a node invoking it was cancelled): as ``abandon``,

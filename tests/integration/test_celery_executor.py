@@ -163,7 +163,7 @@ def background(fn: Any) -> tuple[threading.Thread, queue.Queue[Any]]:
 # -- fan-out ---------------------------------------------------------------------------
 
 
-def squares_graph(n: int, payload: int = 0) -> Any:
+def squares_graph(n: int, payload: int = 0, checkpointer: Any = None) -> Any:
     """START fans out ``n`` Sends to ``square``; each appends ``i*i`` (Send ``i`` carries
     ``payload`` bytes, which must travel in the step hash, never in a message)."""
 
@@ -176,7 +176,7 @@ def squares_graph(n: int, payload: int = 0) -> Any:
     b.add_conditional_edges(START, route, ["square"])
     b.add_edge("square", "total")
     b.add_edge("total", END)
-    return b.compile()
+    return b.compile(checkpointer=checkpointer)
 
 
 def test_thousand_way_send_fan_out_in_task_path_order(cluster: Any, published: Published) -> None:
@@ -232,6 +232,47 @@ def wait_gone(client: redis.Redis, *names: str) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def result_keys(task_ids: list[str]) -> list[str]:
+    """The keys a task's run leaves for a restarted coordinator: result, delivery count."""
+    return [k for t in task_ids for k in (keys.result(t), keys.deliveries(t))]
+
+
+@pytest.mark.parametrize("saver", [None, InMemorySaver()], ids=["no saver", "saver"])
+def test_a_committed_steps_results_leave_redis(
+    cluster: Any, published: Published, saver: Any
+) -> None:
+    # No restart dispatches a step again once its checkpoint is committed (or, without a
+    # saver, once it is applied): its results go then, not after result_ttl (a day).
+    graph = attach(cluster, squares_graph(20, checkpointer=saver), published)
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    assert graph.invoke({"log": []}, config)["note"] == "20 squares"
+    tasks = published.tasks()
+    assert len(tasks) == 1 + 20 + 1
+    assert wait_gone(redis_client(cluster), *result_keys(tasks))
+
+
+def test_under_durability_exit_results_stay_for_a_restart(
+    cluster: Any, published: Published
+) -> None:
+    # A durability="exit" run stores nothing before its end: a restart runs it from its start
+    # and must find the results of the tasks that ran.
+    graph = attach(cluster, squares_graph(5, checkpointer=InMemorySaver()), published)
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    assert graph.invoke({"log": []}, config, durability="exit")["note"] == "5 squares"
+    kept = result_keys(published.tasks())
+    published.messages.clear()
+    published.descriptors.clear()
+    # A run after it, whose results go: the gatherer has deleted what it was asked to.
+    config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    assert graph.invoke({"log": []}, config)["note"] == "5 squares"
+    client = redis_client(cluster)
+    assert wait_gone(client, *result_keys(published.tasks()))
+    try:
+        assert client.exists(*kept) == len(kept)
+    finally:
+        client.delete(*kept)
 
 
 def test_messages_stay_small_for_a_very_wide_fan_out(cluster: Any, published: Published) -> None:

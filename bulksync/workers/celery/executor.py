@@ -398,6 +398,14 @@ class CeleryStep:
         for result in stray:
             self._deliver(result)
 
+    def forget(self) -> None:
+        """The step's results are stored for good (its checkpoint is committed): a restarted
+        coordinator will never dispatch it again, so its tasks' results and delivery counts
+        are deleted (by the gatherer) rather than kept for ``result_ttl``."""
+        names = [n for s in self.slots.values() for n in (keys.result(s), keys.deliveries(s))]
+        if names:
+            self.ex.gatherer.forget(names)
+
     def drop_keys(self, pipe: Any) -> None:
         """Queue the deletion of the finished step's keys."""
         pipe.delete(keys.step(self.key), self.inbox)

@@ -21,7 +21,8 @@ again.
 
 Task deadlines, claim surveys and dropping finished steps look at every step, so they are
 done at most every ``CHORES`` seconds rather than after each report, and take at most a
-tenth of the thread's time however many steps are in flight.
+tenth of the thread's time however many steps are in flight. The results of a step whose
+checkpoint is committed (``forget``) are deleted then too, off the loop's thread.
 
 Redis errors are logged and retried after ``reconnect_wait`` seconds, for as long as steps
 wait: an outage delays a step, it never fails one. The thread ends when no step is left and
@@ -49,6 +50,10 @@ CHORES = 0.05
 """Seconds between two looks at every step (task deadlines, claim surveys, finished steps):
 a deadline is seen at most this late — or, when so many steps are in flight that a look
 takes longer than a tenth of that, nine looks' time late."""
+
+
+FORGET_BATCH = 1000
+"""Keys one ``UNLINK`` deletes, when the results of a wide step are forgotten."""
 
 
 class Gathered(Protocol):
@@ -98,6 +103,7 @@ class Gatherer:
         self._turn = 0
         self._joined = False  # a step joined since the gatherer's list was taken
         self._multi_pop = True  # BLMPOP, until Redis says it has none (before 7.0)
+        self._forgotten: list[str] = []  # keys to delete with the next finished steps'
 
     def add(self, step: Gathered, pipe: Any) -> None:
         """Gather ``step``'s inbox from now on. The running thread is woken to list it by
@@ -106,14 +112,25 @@ class Gatherer:
         with self._lock:
             self._steps[step.inbox] = step
             self._joined = True
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="bulksync-gatherer", daemon=True
-                )
-                self._thread.start()
+            if self._start():
                 return
         pipe.rpush(self.wake_key, b"1")
         pipe.expire(self.wake_key, self.settings.step_ttl)
+
+    def forget(self, names: Sequence[str]) -> None:
+        """Delete the keys ``names`` (results no restart needs any more) at the thread's
+        next look at every step, soon; started for them if it is not running."""
+        with self._lock:
+            self._forgotten.extend(names)
+            self._start()
+
+    def _start(self) -> bool:
+        """Start the thread unless it runs (the caller holds the lock); whether it started."""
+        if self._thread is not None:
+            return False
+        self._thread = threading.Thread(target=self._run, name="bulksync-gatherer", daemon=True)
+        self._thread.start()
+        return True
 
     def remove(self, step: Gathered) -> None:
         """Stop gathering ``step`` (its dispatch failed: nothing of it is awaited)."""
@@ -139,8 +156,8 @@ class Gatherer:
                     began = now
                     steps = self._close_finished()
                     if not steps:
-                        with self._lock:
-                            if not self._steps:  # checked under the lock add() starts threads
+                        with self._lock:  # (the lock add() and forget() start threads under)
+                            if not self._steps and not self._forgotten:
                                 self._thread = None
                                 return
                         continue
@@ -257,18 +274,27 @@ class Gatherer:
                 log.exception("gatherer: handling the replies of %s failed", step.inbox)
 
     def _close_finished(self) -> list[Gathered]:
-        """Drop the steps that owe nothing more (and their Redis keys); the others."""
+        """Drop the steps that owe nothing more (and their Redis keys) and the keys
+        forgotten; the other steps."""
         with self._lock:
             done = [s for s in self._steps.values() if not s.is_open()]
             for step in done:
                 del self._steps[step.inbox]
             left = list(self._steps.values())
-        if done:
+            forgotten, self._forgotten = self._forgotten, []
+        if done or forgotten:
             try:
                 pipe = self.redis.pipeline(transaction=False)
                 for step in done:
                     step.drop_keys(pipe)
+                for i in range(0, len(forgotten), FORGET_BATCH):
+                    pipe.unlink(*forgotten[i : i + FORGET_BATCH])
                 pipe.execute()
             except redis.RedisError as exc:  # the keys expire on their own
-                log.warning("gatherer: could not drop the keys of %d steps (%s)", len(done), exc)
+                log.warning(
+                    "gatherer: could not drop the keys of %d steps and %d results (%s)",
+                    len(done),
+                    len(forgotten),
+                    exc,
+                )
         return left
