@@ -31,7 +31,7 @@ measures, interleaving the contenders round by round:
    latest state.
 
 It prints the command to reproduce, the machine and its speed at the start and the end (an
-empty loop, timed: the same hardware runs at different speeds on different days), every figure
+empty loop, timed: the same hardware runs at different speeds at different times), every figure
 and the ratios, and stops the workers at the end, on errors and on Ctrl-C. Service URLs come
 from ``BULKSYNC_*`` variables (the database defaults to the local ``test`` database). A
 ``--fanout 0``, ``--steps 0``, ``--io 0``, ``--wide 0``, ``--e2e 0``, ``--cpu 0`` or ``--chat
@@ -195,8 +195,9 @@ SPEED_STEPS: Final = 10_000_000
 
 def speed(steps: int = SPEED_STEPS, tries: int = 3) -> str:
     """How fast this machine runs Python now: the quickest of ``tries`` timings of an empty
-    ``steps``-step loop. The same hardware has run it from 0.27 s to 0.87 s on different
-    days, so figures from different runs compare only with this beside them."""
+    ``steps``-step loop. The same hardware has run it in 0.19 s to 0.87 s on different days
+    and hours. It is one sign of the machine's state, not all of it: round trips between
+    processes have slowed by half while this loop ran at its quickest."""
     best = math.inf
     for _ in range(tries):
         began = time.perf_counter()
