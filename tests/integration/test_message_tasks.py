@@ -9,6 +9,7 @@ import asyncio
 import dataclasses
 import operator
 import os
+import queue
 import threading
 import time
 import uuid
@@ -18,10 +19,13 @@ from typing import Annotated, Any, TypedDict
 import pytest
 import redis
 
+from bulksync.errors import TaskCancelledError
 from bulksync.graph import START, StateGraph
+from bulksync.service.cancel import cancel_run
 from bulksync.types import Send
 from bulksync.workers.celery import delivery, recorder
 from bulksync.workers.celery.executor import CeleryExecutor
+from tests.integration.test_delivery import WAIT, background
 from tests.integration.test_recorder import CountingRedis
 
 pytestmark = pytest.mark.integration
@@ -95,6 +99,36 @@ def test_async_tasks_of_a_message_run_at_once_on_one_loop(
     assert _fanout(cluster, work).invoke({"out": []}) == {"out": list(range(TASKS))}
     assert peak.peak > 2
     assert len(peak.loops) == 1  # the worker process's loop, shared by the message's tasks
+
+
+def test_a_cancelled_run_stops_every_running_async_task_of_a_message(
+    cluster: Any, worker_settings: Any
+) -> None:
+    worker_settings(task_threads=2, cancel_poll=0.05)
+    stopper = cluster.runtime.stopper()
+    running: queue.Queue[int] = queue.Queue()
+    cancelled: queue.Queue[int] = queue.Queue()
+    watched: list[int] = []
+
+    async def work(task: dict[str, Any]) -> dict[str, Any]:
+        running.put(task["i"])
+        watched.append(len(stopper._running))
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.put(task["i"])
+            raise
+        return {"out": [task["i"]]}
+
+    run_id = f"cancel-{uuid.uuid4().hex}"
+    graph = _fanout(cluster, work)
+    outcome = background(lambda: graph.invoke({"out": []}, {"run_id": run_id}))
+    assert sorted(running.get(timeout=WAIT) for _ in range(TASKS)) == list(range(TASKS))
+    cancel_run(redis.Redis.from_url(cluster.settings.redis_url), run_id, cluster.settings)
+    assert isinstance(outcome.get(timeout=WAIT), TaskCancelledError)
+    assert sorted(cancelled.get(timeout=WAIT) for _ in range(TASKS)) == list(range(TASKS))
+    # The message's tasks share one scope, which the stopper watches once for them all.
+    assert watched == [1] * TASKS
 
 
 def test_slow_sync_tasks_run_at_once_after_the_first(cluster: Any) -> None:

@@ -26,6 +26,7 @@ Tasks not started when the run was cancelled are not run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -40,6 +41,7 @@ from bulksync.coordinator.spec import GraphSpec
 from bulksync.errors import TaskTimeoutError, WorkerLostError
 from bulksync.settings import Settings
 from bulksync.workers import wire
+from bulksync.workers.cancel_scope import CancelScope, within
 from bulksync.workers.celery import claims
 from bulksync.workers.celery.claims import Held
 from bulksync.workers.celery.recorder import Record
@@ -123,14 +125,27 @@ class Delivery:
         self.keeper = runtime.claims()
         self.recorder = runtime.recorder()
         self._claimed = dict(claimed or {})  # slot -> the reply to its claim, asked already
+        self._scope: CancelScope | None = None  # the delivery's, while it runs (``run``)
 
     def run(self, todo: list[Todo], is_async: bool) -> list[tuple[Todo, Any]]:
         """``(task, answer)`` for ``todo``, in their order: the task's error (or None), or
-        ``SKIPPED``; tasks the run's cancel kept from starting are left out."""
+        ``SKIPPED``; tasks the run's cancel kept from starting are left out.
+
+        The tasks share one cancel scope, watched while the delivery lasts: they belong to
+        one step of one run, so the flags that stop one stop them all (as the tasks of a
+        step in-process share one, ``local.py``).
+        """
         try:
-            return self._run_async(todo) if is_async else self._run_sync(todo)
+            with self.runtime.stopper().running(self.step_key, self.run_id) as scope:
+                self._scope = scope
+                return self._run_async(todo) if is_async else self._run_sync(todo)
         finally:
             release_unused(self.keeper, self._claimed)
+
+    def _within(self) -> contextlib.AbstractContextManager[None]:
+        """Run a task of this delivery under its cancel scope."""
+        assert self._scope is not None, "a delivery's tasks run inside Delivery.run"
+        return within(self._scope)
 
     # -- claims ---------------------------------------------------------------------------
 
@@ -267,7 +282,7 @@ class Delivery:
         """Run a task this delivery claimed, keeping its claim alive meanwhile."""
         claim = self.keeper.hold(desc.slot)
         try:
-            with self.runtime.stopper().running(self.step_key, self.run_id):
+            with self._within():  # (on a task thread too)
                 began, cpu = time.monotonic(), time.thread_time()
                 outcome = self.step.run(desc, data, self.live)
                 took, cpu = time.monotonic() - began, time.thread_time() - cpu
@@ -316,7 +331,7 @@ class Delivery:
         (or None). Its result is recorded with those of the tasks that finish meanwhile, on
         a thread: the loop never waits on Redis."""
         try:
-            with self.runtime.stopper().running(self.step_key, self.run_id):
+            with self._within():  # (in this task's own context)
                 began = time.monotonic()
                 outcome = await self.step.arun(desc, data, self.live)
                 took = time.monotonic() - began

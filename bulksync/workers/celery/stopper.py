@@ -4,11 +4,13 @@ A coordinator cancels a step when one of its tasks fails, when it outruns its
 ``step_timeout``, or when the caller stops reading the run; a run is cancelled as a whole
 (``bulksync cancel``, a cancelled ``RemoteGraph`` call). Revoking the step's messages keeps
 its tasks from starting, but a task already running would go on: so each worker process
-runs every task under a ``CancelScope`` and a ``TaskStopper`` thread looks, every
-``cancel_poll`` seconds while tasks run, whether their step or run was cancelled (one Redis
-round trip for all of them). It cancels the scope of each such task: its async nodes (and
-``@task`` coroutines) see ``CancelledError`` at their next ``await`` and the task ends as
-cancelled, as in-process. A sync node cannot be interrupted; it finishes, and its result is
+runs the tasks of a message it took under one ``CancelScope`` (they belong to one step of
+one run), and a ``TaskStopper`` thread looks, every ``cancel_poll`` seconds while tasks
+run, whether their step or run was cancelled (one Redis round trip for all of them). It
+cancels the scope of each such message: its async nodes (and ``@task`` coroutines) see
+``CancelledError`` at their next ``await`` and its tasks end as cancelled, as in-process.
+One scope a message, not a task: a worker with thousands of async tasks in flight watches
+a few dozen scopes. A sync node cannot be interrupted; it finishes, and its result is
 not used.
 """
 
@@ -40,8 +42,8 @@ class TaskStopper:
 
     @contextlib.contextmanager
     def running(self, step_key: str, run_id: str) -> Iterator[CancelScope]:
-        """Run the block as a task of ``step_key`` (of run ``run_id``), under a scope that
-        is cancelled once either is."""
+        """Run the block — the tasks of one message of ``step_key`` (of run ``run_id``) —
+        under a scope that is cancelled once either is."""
         scope = CancelScope()
         flags = (keys.step_cancel(step_key), keys.cancel(run_id))
         with self._lock:
