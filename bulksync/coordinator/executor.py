@@ -88,9 +88,10 @@ class StepInput:
     """What every task of a step shares besides the graph: plain data, safe to ship.
 
     ``channel_values`` is the step's state as stored (a claim check: one copy per step, not
-    per task); a value may be an ``Encoded`` whose bytes are already known, so shipping it
-    costs no encoding. ``resume`` maps a task id to the interrupt answers it already
-    consumed; ``null_resume`` is the run-wide answer not yet consumed (``None``: none).
+    per task), without the pending Sends; a value may be an ``Encoded`` whose bytes are
+    already known, so shipping it costs no encoding. ``resume`` maps a task id to the
+    interrupt answers it already consumed; ``null_resume`` is the run-wide answer not yet
+    consumed (``None``: none).
     ``nesting`` says how a graph invoked inside a node nests under its task.
     """
 

@@ -35,6 +35,7 @@ from bulksync.constants import (
     NULL_TASK_ID,
     RESUME,
     RETURN,
+    TASKS,
 )
 from bulksync.context import NullResume, TaskContext
 from bulksync.coordinator import clock, stream
@@ -465,10 +466,12 @@ class SuperstepLoop:
         parents = dict(self.nesting.checkpoint_map) if self.nesting else {}
         parents[self.checkpoint_ns] = self.checkpoint.id
         return StepInput(
+            # Not the pending Sends: each task has its own as its input, no node reads the
+            # rest, and a wide fan-out's list is the largest value of its step.
             channel_values={
                 k: self.ledger.with_bytes(k, v, versions.get(k))
                 for k, v in values.items()
-                if v is not MISSING
+                if v is not MISSING and k != TASKS
             },
             config=self.options.config,
             stop=self.stop,

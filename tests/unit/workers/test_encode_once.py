@@ -13,7 +13,9 @@ from bulksync.checkpoint.serde import MsgpackSerde
 from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec
+from bulksync.constants import TASKS
 from bulksync.graph import END, START, StateGraph
+from bulksync.types import Send
 from bulksync.workers import wire
 from bulksync.workers.remote import run_encoded
 
@@ -94,3 +96,24 @@ def test_a_workers_write_is_stored_and_passed_on_without_encoding_again() -> Non
     # The next step's input carries the very bytes the worker made.
     note = executor.steps[-1].channel_values["note"]
     assert isinstance(note, Encoded) and note.data == MsgpackSerde().dumps(MARK)
+
+
+class Fan(TypedDict):
+    n: int
+    out: Annotated[list[int], operator.add]
+
+
+def test_a_steps_input_leaves_its_pending_sends_behind() -> None:
+    builder = StateGraph(Fan)
+    builder.add_node("work", lambda item: {"out": [item["i"]]})
+    builder.add_node("count", lambda s: {"out": [len(s["out"])]})
+    builder.add_conditional_edges(START, lambda s: [Send("work", {"i": i}) for i in range(s["n"])])
+    # The branch reads the state where the task ran: from the step's input.
+    builder.add_conditional_edges("work", lambda s: "count" if s["out"] else END)
+    builder.add_edge("count", END)
+    executor = WireExecutor()
+    out = builder.compile().with_executor(executor).invoke({"n": 3, "out": []})
+    assert out == builder.compile().invoke({"n": 3, "out": []}) == {"n": 3, "out": [0, 1, 2, 3]}
+    # Each task has its own Send as its input: the step does not ship them all again.
+    assert len(executor.steps) == 3
+    assert all(TASKS not in step.channel_values for step in executor.steps)
