@@ -10,10 +10,10 @@ from typing import Annotated, Any, TypedDict
 from bulksync.checkpoint.base import Encoded
 from bulksync.checkpoint.memory import InMemorySaver
 from bulksync.checkpoint.serde import MsgpackSerde
+from bulksync.constants import TASKS
 from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec
-from bulksync.constants import TASKS
 from bulksync.graph import END, START, StateGraph
 from bulksync.types import Send
 from bulksync.workers import wire
