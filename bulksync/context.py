@@ -89,12 +89,19 @@ class TaskContext:
     parent: Any = None
     # The task's ``runtime.Runtime`` (context, stream writer, execution info).
     runtime: Any = None
-    # Starts the task's ``@task`` calls (``workers.calls.Calls``).
-    calls: Any = None
+    # Gives what starts the task's ``@task`` calls (``workers.calls.LazyCalls``: built at
+    # the first call, as most nodes make none).
+    call_starter: Callable[[], Any] | None = None
     # In a node's error handler: the ``errors.NodeError`` it handles.
     node_error: Any = None
     # The task's ``messages`` stream (``workers.messages.MessageStream``) when its run has one.
     messages: Any = None
+
+    @property
+    def calls(self) -> Any:
+        """What starts the task's ``@task`` calls (``workers.calls.Calls``); None where no
+        call can be made."""
+        return None if self.call_starter is None else self.call_starter()
 
     def record_resume(self, answers: list[Any]) -> None:
         """Record the answers consumed so far as the task's ``__resume__`` write."""

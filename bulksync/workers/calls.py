@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import inspect
 import itertools
 import threading
@@ -62,6 +63,39 @@ class CallLog:
         """The calls that ended so far."""
         with self._lock:
             return tuple(self._records)
+
+
+_FIRST_CALL = threading.Lock()
+"""Held while a task's ``Calls`` are built (rarely: at its first call, once)."""
+
+
+class LazyCalls:
+    """A running task's ``Calls``, built when it starts its first ``@task`` call: most nodes
+    start none, and a fan-out of thousands of them keeps thousands of tasks in flight."""
+
+    __slots__ = ("_build", "_built")
+
+    def __init__(self, build: Callable[[], Calls]) -> None:
+        self._build = build
+        self._built: Calls | None = None
+
+    def __call__(self) -> Calls:
+        """The task's ``Calls``, built now if it has none yet."""
+        built = self._built
+        if built is None:
+            with _FIRST_CALL:  # a node's threads may start their first calls at once
+                if self._built is None:
+                    self._built = self._build()
+                built = self._built
+        return built
+
+    def ended(self) -> bool:
+        """Whether every call started has ended (``join`` would not wait)."""
+        return self._built is None or self._built.ended()
+
+    def join(self) -> tuple[CallRecord, ...]:
+        """Wait for the calls still running; every call that ended (``Calls.join``)."""
+        return () if self._built is None else self._built.join()
 
 
 class Calls:
@@ -216,7 +250,8 @@ class _CallRun:
                 # An asyncio task has its own copy of the context: these stay in it.
                 with task_context(ctx), listening(ctx.config):
                     value = await self._timed(self.func(*self.args, **self.kwargs), clock)
-                await asyncio.to_thread(nested.join)  # its calls on threads end before it does
+                if not nested.ended():  # its calls on threads end before it does
+                    await asyncio.to_thread(nested.join)
             except BaseException as exc:
                 delay = self._backoff(exc, attempt)
                 if delay is not None:
@@ -227,23 +262,26 @@ class _CallRun:
             self._ended(resumes, None, value)
             return value
 
-    def _context(self, resumes: list[Write]) -> tuple[TaskContext, Calls, AttemptClock | None]:
+    def _context(self, resumes: list[Write]) -> tuple[TaskContext, LazyCalls, AttemptClock | None]:
         """An attempt's context, the calls it starts, and its clock if the call is timed."""
         policy = self.task.timeout
         clock = AttemptClock(policy) if policy is not None else None
         ctx = self.calls.context_for(self.task, resumes, clock)
         calls = self.calls
         started = clock.progress if clock is not None else None
-        nested = Calls(
-            self.task,
-            calls.returns,
-            calls.context_for,
-            calls.log,
-            calls.emit,
-            started,
-            calls.cache,
+        nested = LazyCalls(
+            functools.partial(
+                Calls,
+                self.task,
+                calls.returns,
+                calls.context_for,
+                calls.log,
+                calls.emit,
+                started,
+                calls.cache,
+            )
         )
-        ctx.calls = nested
+        ctx.call_starter = nested
         return ctx, nested, clock
 
     def _timed(self, awaitable: Any, clock: AttemptClock | None) -> Any:
@@ -292,4 +330,4 @@ def _done(value: Any, loop: asyncio.AbstractEventLoop | None) -> Any:
     return future
 
 
-__all__ = ["CallLog", "Calls", "call_task"]
+__all__ = ["CallLog", "Calls", "LazyCalls", "call_task"]

@@ -41,7 +41,7 @@ from bulksync.errors import (
 from bulksync.ids import interrupt_id
 from bulksync.managed import managed_values
 from bulksync.runtime import ExecutionInfo, Runtime, ServerInfo
-from bulksync.workers.calls import CallLog, Calls
+from bulksync.workers.calls import CallLog, Calls, LazyCalls
 from bulksync.workers.cancel_scope import current_scope, run_coroutine
 from bulksync.workers.messages import MessageStream, listening, message_stream
 from bulksync.workers.timeouts import AttemptClock, progress_handler, run_timed
@@ -113,7 +113,7 @@ class _Wait:
 _Steps = Generator[_Wait, Any, TaskResult]
 
 
-def _joined(calls: Calls) -> _Wait:
+def _joined(calls: LazyCalls) -> _Wait:
     """Waiting for a task's ``@task`` calls to end: on a thread only while some still run
     (an async node's task waits on its event loop)."""
     return _Wait(call=calls.join, ready=calls.ended)
@@ -239,7 +239,9 @@ def _task_steps(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) ->
         callbacks, traced = _task_callbacks(ctx.config, task, _timed(handlers, clock))
         if callbacks is not None:
             ctx.config["callbacks"] = callbacks
-        ctx.calls = calls = _calls(step, live, task, null_resume, handlers, clock)
+        ctx.call_starter = calls = LazyCalls(
+            functools.partial(_calls, step, live, task, null_resume, handlers, clock)
+        )
         ctx.messages = messages
         try:
             writes = yield from _attempt(node, task, ctx, read, messages, traced, clock)
