@@ -184,6 +184,9 @@ def test_a_worker_collects_its_oldest_garbage_after_the_collections_set() -> Non
     try:
         tune_gc(Settings(full_gc_after=250))
         assert gc.get_threshold() == (kept[0], kept[1], 250)
+        # What was alive at start-up is left out of later collections.
+        assert gc.get_freeze_count() > 0
     finally:
         gc.set_threshold(*kept)
+        gc.unfreeze()
     assert Settings().full_gc_after == 100  # ten times rarer than Python's own
