@@ -359,9 +359,10 @@ class Settings:
     full_gc_after: int = setting(
         100,
         group="worker",
-        doc="collections of the middle garbage generation of a worker process between two "
-        "full ones, which walk every live object: thousands of async tasks in flight make "
-        "them the largest cost of a wide fan-out (Python's own: 10)",
+        doc="collections of the middle garbage generation of a worker process (and of "
+        "`bulksync coordinator`) between two full ones, which walk every live object: "
+        "thousands of async tasks in flight make them the largest cost of a wide fan-out "
+        "(Python's own: 10)",
         unit="collections",
     )
 

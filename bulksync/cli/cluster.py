@@ -25,6 +25,7 @@ from bulksync.cli.worker import (
     check_broker,
     check_redis,
     load_registry,
+    tune_gc,
 )
 from bulksync.logs import configure as configure_logging
 from bulksync.settings import Settings
@@ -70,6 +71,7 @@ def run_coordinator(args: argparse.Namespace, settings: Settings, out: TextIO) -
     check_redis(settings.redis_url)
     app = make_app(settings)
     check_broker(app, settings.broker_url)
+    tune_gc(settings)  # a run's state and a wide step's tasks are many objects too
     with open_coordinator(settings, registry, app=app) as coordinator:
         say = announcer(out, settings.log_format == "json")
         say(f"bulksync coordinator: graphs {', '.join(registry.ids())}")

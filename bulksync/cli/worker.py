@@ -142,7 +142,8 @@ def run_worker(args: argparse.Namespace, settings: Settings, out: TextIO) -> int
 
 def tune_gc(settings: Settings) -> None:
     """Collect the oldest generation after ``full_gc_after`` collections of the middle one,
-    and leave what the worker loaded at start-up out of every later collection.
+    and leave what the process loaded at start-up out of every later collection (a worker's
+    or a ``bulksync coordinator``'s; never a program's that runs a graph itself).
 
     A full collection walks every live object, and a worker with thousands of async tasks in
     flight has many (10,000 async Sends x 1 s on two processes: about 3 s at Python's 10, 2 s

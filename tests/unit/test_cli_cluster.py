@@ -190,3 +190,35 @@ def test_a_worker_collects_its_oldest_garbage_after_the_collections_set() -> Non
         gc.set_threshold(*kept)
         gc.unfreeze()
     assert Settings().full_gc_after == 100  # ten times rarer than Python's own
+
+
+class _Served(Exception):
+    """Raised where the coordinator would start serving: the test has seen enough."""
+
+
+def test_a_coordinator_tunes_its_garbage_collection_before_it_serves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bulksync.cli import cluster
+    from bulksync.service import coordinator
+
+    seen: list[tuple[tuple[int, int, int], int]] = []
+
+    def serving(*args: object, **kwargs: object) -> None:
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        raise _Served
+
+    monkeypatch.setattr(cluster, "check_redis", lambda url: None)
+    monkeypatch.setattr(cluster, "check_broker", lambda app, url: None)
+    monkeypatch.setattr(coordinator, "open_coordinator", serving)
+    monkeypatch.setenv("BULKSYNC_FULL_GC_AFTER", "250")
+    kept = gc.get_threshold()
+    try:
+        with pytest.raises(_Served):
+            main(["coordinator", "--graph", "bulksync.demo"])
+    finally:
+        gc.set_threshold(*kept)
+        gc.unfreeze()
+    [(threshold, frozen)] = seen
+    assert threshold == (kept[0], kept[1], 250)
+    assert frozen > 0
