@@ -173,14 +173,22 @@ class Client:
             return run
         client, key = self.redis, keys.events(run_id)
         last: Any = self._read(lambda: client.xrevrange(key, count=1))
-        if last and events.loads_event(*last[0]).mode == events.END:
-            return self.get(run_id)
-        after = events.loads_event(*last[0]).id if last else "0"
+        after = "0"
+        if last:
+            newest = events.loads_event(*last[0])
+            if newest.mode == events.END:
+                return self.finished_run(run_id, newest)
+            after = newest.id
         deadline = None if timeout is None else time.monotonic() + timeout
         for event in self._events(run_id, after, deadline):
             if event is not None and event.mode == events.END:
-                break
+                return self.finished_run(run_id, event)
         return self.get(run_id)
+
+    def finished_run(self, run_id: str, end: RunEvent) -> Run:
+        """The final row of a run whose ``end`` event is ``end``: the row it carries, else
+        the row read from Postgres (the event of a large payload or output carries none)."""
+        return events.ended_run(end.chunk, run_id) or self.get(run_id)
 
     def stream(
         self, run_id: str, last_event_id: str = "0", *, timeout: float | None = None
@@ -437,8 +445,10 @@ class RemoteGraph(AsyncGraphMethods):
         payload = submit.run_payload(input, config, modes, subgraphs, options, callbacks.asked())
         run_id = self.client.create_run(self.graph_id, "stream", payload)
         self._cancelled_with_caller(run_id)
+        end = None
         for event in self.client.stream(run_id):
             if event.mode == events.END:
+                end = event
                 break
             if callbacks:
                 self._tell(run_id, callbacks, event)
@@ -450,7 +460,7 @@ class RemoteGraph(AsyncGraphMethods):
                 yield frame(
                     event.namespace, event.mode, event.chunk, subgraphs=subgraphs, bare=bare
                 )
-        _result(self.client.get(run_id))
+        _result(self.client.get(run_id) if end is None else self.client.finished_run(run_id, end))
 
     def _tell(self, run_id: str, callbacks: _CallerCallbacks, event: RunEvent) -> None:
         """Hand the caller's handlers what the run reported to them; a lifecycle handler

@@ -10,7 +10,8 @@ other coordinator can commit to the thread meanwhile; its checkpoints go through
 fenced with the lease's token. ``invoke``/``stream`` runs stream the registry graph bound to
 the coordinator's executor and push every chunk the caller asked for to the run's Redis
 stream, plus ``progress`` events; the row gets its final status, then the stream its last
-chunks and its ``end`` event, in one round trip. Reads (``get_state``,
+chunks and its ``end`` event (which carries the final row: ``events.end_event``), in one
+round trip. Reads (``get_state``,
 ``get_state_history``) need no lease.
 
 **Taking a run over.** A run whose coordinator died is claimed again by another one. Its
@@ -373,11 +374,11 @@ class RunDriver:
         if error is not None:
             output = wire.dumps_error(error)
             text = error_text(error)  # with the note naming the node and task, if any
-        done = self.ctx.store.finish(
+        final = self.ctx.store.finish(
             self.run_id, self.ctx.owner, status, output=output, error=text, lease=self.lease
         )
         self._released = self.lease is not None  # in the same round trip
-        if not done:
+        if final is None:
             log.warning("run %s: another coordinator owns it now; result dropped", self.run_id)
             self.lost.set()
             return
@@ -400,7 +401,7 @@ class RunDriver:
         last, self._last = [*self._last, *self._take_events()], []
         end = [
             *(last if self._broken is None else ()),
-            ((), events.END, {"status": status, "error": text}),
+            ((), events.END, events.end_event(final)),
         ]
         wake = self.run_row.kind not in runs.READ_KINDS
         retry(

@@ -3,7 +3,7 @@
 A run's events go to the stream ``keys.events(run_id)`` (``add_event``), one entry each,
 field ``d``: msgpack ``[namespace, mode, chunk]``. ``mode`` is a stream mode the run asked
 for, ``progress`` (``{"step", "done", "total", "nodes", …}`` of the root graph's current
-step) or, last, ``end`` (``{"status", "error"}``), written after the row's final status. A
+step) or, last, ``end`` (``end_event``), written after the row's final status. A
 submission pushes to ``keys.WAKE`` (``wake``), where idle coordinators block; coordinators
 announce the graphs they serve (``announce``, ``withdraw``, ``serving``).
 """
@@ -11,7 +11,7 @@ announce the graphs they serve (``announce``, ``withdraw``, ``serving``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import redis
@@ -168,6 +168,23 @@ def serving(client: redis.Redis, graph_id: str) -> int:
     return int(client.eval(_SERVING_LUA, 1, keys.served(graph_id)))
 
 
+END_ROW_LIMIT: Final = 64 * 1024
+"""The largest payload and output, together, an ``end`` event carries its run's row with."""
+
+
 def end_event(run: Run) -> dict[str, Any]:
-    """The ``end`` event's chunk for a finished run."""
-    return {"status": run.status, "error": run.error}
+    """The ``end`` event's chunk for a finished run: ``{"status", "error"}``, and ``"run"``,
+    the whole final row, when its payload and output are small (``END_ROW_LIMIT``), so that
+    a caller waiting for the end has the result without reading the row from Postgres."""
+    chunk: dict[str, Any] = {"status": run.status, "error": run.error}
+    if len(run.payload_bytes) + len(run.output_bytes or b"") <= END_ROW_LIMIT:
+        chunk["run"] = {f.name: getattr(run, f.name) for f in dataclasses.fields(Run)}
+    return chunk
+
+
+def ended_run(chunk: Any, run_id: str) -> Run | None:
+    """The final row of run ``run_id`` its ``end`` event's chunk carries, if it does."""
+    row = chunk.get("run") if isinstance(chunk, Mapping) else None
+    if not isinstance(row, Mapping) or row.get("run_id") != run_id:
+        return None
+    return Run(**row)

@@ -149,9 +149,9 @@ _STARTED_SQL = """WITH head AS (
         AND start_writes IS NULL AND EXISTS (SELECT 1 FROM bulksync_thread_leases l
             WHERE l.thread_id = %(thread)s AND l.owner = %(owner)s AND l.expires_at > now()))
     SELECT (SELECT checkpoint_id FROM head), coalesce((SELECT writes FROM head), 0)"""
-_FINISH_SQL = """UPDATE bulksync_runs SET status = %s, output = %s, error = %s,
+_FINISH_SQL = f"""UPDATE bulksync_runs SET status = %s, output = %s, error = %s,
     updated_at = now() WHERE run_id = %s AND owner = %s AND status = 'running'
-    RETURNING run_id"""
+    RETURNING {_COLUMNS}"""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -395,8 +395,9 @@ class RunStore:
         output: bytes | None = None,
         error: str | None = None,
         lease: tuple[str, int] | None = None,
-    ) -> bool:
-        """Set a running run's final status; False when ``owner`` no longer drives it.
+    ) -> Run | None:
+        """Set a running run's final status; return its final row, or None when ``owner``
+        no longer drives it.
 
         ``lease``, the run's thread lease ``(thread id, token)``, is released in the same
         round trip (if ``owner`` still holds it with that token).
@@ -404,17 +405,19 @@ class RunStore:
         if status not in FINISHED:
             raise ConfigError(f"{status!r} is not a final status; use one of {sorted(FINISHED)}")
 
-        def finish(attempt: int) -> bool:
+        def finish(attempt: int) -> Run | None:
             with self.pool.connection() as conn:
                 with conn.pipeline():  # one round trip: its results are read after the sync
-                    cur = conn.execute(_FINISH_SQL, (status, output, error, run_id, owner))
+                    cur = conn.cursor(row_factory=dict_row)
+                    cur.execute(_FINISH_SQL, (status, output, error, run_id, owner))
                     if lease is not None:
                         conn.execute(pgm.RELEASE_SQL, (lease[0], owner, lease[1]))
                 row = cur.fetchone()
             if row is None and attempt > 1:  # did the first attempt commit, reply lost?
                 now = self._get(run_id)
-                return now is not None and now.owner == owner and now.status == status
-            return row is not None
+                ours = now is not None and now.owner == owner and now.status == status
+                return now if ours else None
+            return None if row is None else _run(row)
 
         return self._retry(finish, f"finishing run {run_id}")
 

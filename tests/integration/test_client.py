@@ -35,7 +35,7 @@ def test_stream_is_resumable_from_any_event_id(service: Service) -> None:
     run_id = service.client.submit(graph_id, demo_input(5), stream_mode=["updates", "values"])
     seen = list(service.client.stream(run_id))
     assert seen[-1].mode == events.END
-    assert seen[-1].chunk == {"status": "success", "error": None}
+    assert (seen[-1].chunk["status"], seen[-1].chunk["error"]) == ("success", None)
     updates = [e.chunk for e in seen if e.mode == "updates"]
     assert [next(iter(u)) for u in updates] == ["split", *["generate"] * 5, "summarize"]
     assert {e.mode for e in seen} == {"updates", "values", events.PROGRESS, events.END}
@@ -51,8 +51,26 @@ def test_a_lost_end_event_is_made_up_from_the_row(service: Service) -> None:
     assert service.client.wait(run_id, timeout=WAIT).status == runs.SUCCESS
     service.redis.delete(keys.events(run_id))  # expired, say
     (end,) = service.client.stream(run_id)
-    assert (end.mode, end.chunk) == (events.END, {"status": runs.SUCCESS, "error": None})
+    assert (end.mode, end.chunk["status"], end.chunk["error"]) == (events.END, runs.SUCCESS, None)
+    assert events.ended_run(end.chunk, run_id) == service.client.get(run_id)
     assert service.client.wait(run_id).status == runs.SUCCESS
+
+
+def test_a_runs_end_event_gives_its_waiter_the_final_row(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph_id = service.register(chain_graph(service))
+    service.start()
+    run_id = service.client.submit(graph_id, {"log": []})
+    *_, end = service.client.stream(run_id)
+    final = service.client.get(run_id)
+    assert final.status == runs.SUCCESS and final.output is not None
+
+    def unread(run_id: str) -> runs.Run:
+        raise AssertionError(f"run {run_id}: its row was read again")
+
+    monkeypatch.setattr(service.client, "get", unread)  # Postgres is not asked again
+    assert service.client.finished_run(run_id, end) == final
 
 
 def test_progress_events_count_each_steps_tasks(service: Service) -> None:

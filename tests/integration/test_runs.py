@@ -167,8 +167,9 @@ def test_stale_runs_are_released_and_claimed_again(store: RunStore) -> None:
     (again,) = store.claim("heir", 10, GRAPHS)
     assert (again.run_id, again.owner, again.attempts) == (lost, "heir", 2)
     # The dead owner can no longer finish it (its result would be dropped).
-    assert not store.finish(lost, "dead", runs.SUCCESS)
-    assert store.finish(lost, "heir", runs.SUCCESS)
+    assert store.finish(lost, "dead", runs.SUCCESS) is None
+    final = store.finish(lost, "heir", runs.SUCCESS)
+    assert final == store.require(lost) and final is not None and final.status == runs.SUCCESS
 
 
 def test_a_stale_run_whose_cancel_was_asked_ends_cancelled(store: RunStore) -> None:
@@ -279,6 +280,22 @@ def test_events_round_trip() -> None:
     fields = events.dumps_event(("sub:1",), "updates", {"n": (1, 2)})
     event = events.loads_event(b"1-0", fields)
     assert event == events.RunEvent("1-0", ("sub:1",), "updates", {"n": (1, 2)})
+
+
+def test_an_end_event_carries_its_runs_final_row_unless_it_is_large(store: RunStore) -> None:
+    small, large = submit(store, "a"), submit(store, "b")
+    store.claim("me", 2, GRAPHS)
+    done = store.finish(small, "me", runs.SUCCESS, output=wire.SERDE.dumps({"n": 2}))
+    assert done is not None
+    end = events.loads_event(b"1-0", events.dumps_event((), events.END, events.end_event(done)))
+    assert (end.chunk["status"], end.chunk["error"]) == (runs.SUCCESS, None)
+    assert events.ended_run(end.chunk, small) == store.require(small)  # dates included
+    assert events.ended_run(end.chunk, large) is None  # another run's
+    big = wire.SERDE.dumps({"n": "x" * events.END_ROW_LIMIT})
+    done = store.finish(large, "me", runs.SUCCESS, output=big)
+    assert done is not None
+    assert events.end_event(done) == {"status": runs.SUCCESS, "error": None}  # read the row
+    assert events.ended_run({"status": runs.SUCCESS, "error": None}, large) is None
 
 
 class _Pair(NamedTuple):

@@ -195,7 +195,9 @@ def test_a_runs_last_chunks_precede_its_end_event(service: Service) -> None:
     assert [mode for mode, _ in streamed[-3:]] == ["updates", "values", events.END]
     assert streamed[-3][1] == {"second": {"log": ["second"]}}
     assert streamed[-2][1] == run.output == {"log": ["in", "first", "second"]}
-    assert streamed[-1][1] == {"status": runs.SUCCESS, "error": None}
+    end = streamed[-1][1]
+    assert (end["status"], end["error"]) == (runs.SUCCESS, None)
+    assert events.ended_run(end, run_id) == run == service.client.get(run_id)
 
 
 def test_runs_on_one_thread_are_queued_in_order(service: Service) -> None:

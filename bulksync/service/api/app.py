@@ -121,13 +121,19 @@ class Backend:
         last: Any = await self.streams.xrevrange(keys.events(run_id), count=1)
         after = "0"
         if last:
-            event = events.loads_event(*last[0])
-            if event.mode == events.END:
-                return await self.row(run_id)
-            after = event.id
-        async for _ in self.events(run_id, after):
-            pass
-        return await self.row(run_id)
+            newest = events.loads_event(*last[0])
+            if newest.mode == events.END:
+                return await self._ended(run_id, newest)
+            after = newest.id
+        end = None
+        async for event in self.events(run_id, after):
+            end = event  # the end event comes last
+        return await self._ended(run_id, end)
+
+    async def _ended(self, run_id: str, end: RunEvent | None) -> Run:
+        """The final row the run's end event carries, else the row read from Postgres."""
+        run = None if end is None else events.ended_run(end.chunk, run_id)
+        return run or await self.row(run_id)
 
 
 def create_app(settings: Settings, registry: GraphRegistry) -> FastAPI:
