@@ -265,16 +265,26 @@ CHECKPOINT_TABLES = (
 # LEASE_LOST_SQLSTATE unless the row carries the token: the commit's statements, sent in the
 # same pipeline segment (one implicit transaction), are then rolled back with it.
 FENCE_SQL = "SELECT bulksync_check_lease(%s, %s)"
+
+
 # Token kept while the same owner holds a live lease; any change of hands (or a re-acquire
 # after expiry or release) takes the next one.
-ACQUIRE_SQL = """INSERT INTO bulksync_thread_leases AS l (thread_id, owner, token, expires_at)
-    VALUES (%(thread)s, %(owner)s, 1, now() + make_interval(secs => %(ttl)s))
+def acquire_sql(leases: str) -> str:
+    """Take the leases ``leases`` lists (``VALUES``, or a ``SELECT`` of thread id, owner, 1
+    and the expiry) where each is free, expired or its owner's already; their tokens."""
+    return f"""INSERT INTO bulksync_thread_leases AS l (thread_id, owner, token, expires_at)
+    {leases}
     ON CONFLICT (thread_id) DO UPDATE SET
       token = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at > now()
                    THEN l.token ELSE l.token + 1 END,
       owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
     WHERE l.owner = EXCLUDED.owner OR l.expires_at <= now()
     RETURNING token"""
+
+
+ACQUIRE_SQL = acquire_sql(
+    "VALUES (%(thread)s, %(owner)s, 1, now() + make_interval(secs => %(ttl)s))"
+)
 RENEW_SQL = """UPDATE bulksync_thread_leases AS l
     SET expires_at = now() + make_interval(secs => %s)
     FROM unnest(%s::text[], %s::bigint[]) AS k(thread_id, token)

@@ -6,7 +6,8 @@ given (``bulksync.settings``, group ``coordinator``). The loop:
 
 1. every ``heartbeat`` seconds, take over runs whose owner stopped heartbeating for
    ``stale_after`` seconds (they become claimable again, and resume from their checkpoint);
-2. claim runnable runs, oldest first, up to ``max_runs`` driven at once; each gets a
+2. claim runnable runs, oldest first, up to ``max_runs`` driven at once (the claim takes
+   the writer runs' thread leases in its round trip: ``RunStore.claim``); each gets a
    :class:`~bulksync.service.driver.RunDriver`, moved on by the coordinator's ``Reactor``:
    ``drive_threads`` threads in all, however many runs wait on their tasks;
 3. every ``heartbeat`` seconds too, announce the graph ids it serves in Redis
@@ -192,8 +193,10 @@ class Coordinator:
         free = self.max_runs - len(self._active())
         if free <= 0:
             return False
-        claimed = self.store.claim(self.owner, free, self.registry.ids())
-        for run in claimed:
+        claimed = self.store.claim(
+            self.owner, free, self.registry.ids(), lease_ttl=self.stale_after
+        )
+        for run, started in claimed:
             log.info(
                 "run %s thread %s: claimed by %s (%s of graph %s)",
                 run.run_id,
@@ -203,7 +206,7 @@ class Coordinator:
                 run.graph_id,
                 extra=logs.ids(run_id=run.run_id, thread_id=run.thread_id),
             )
-            driver = RunDriver(self.ctx, run, self._driven)
+            driver = RunDriver(self.ctx, run, self._driven, started)
             with self._lock:
                 self._drivers[run.run_id] = driver
             self.reactor.call(driver.start)

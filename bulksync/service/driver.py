@@ -16,8 +16,8 @@ round trip. Reads (``get_state``,
 
 **Taking a run over.** A run whose coordinator died is claimed again by another one. Its
 input must not be applied twice: when first driven, the run records the thread's head
-checkpoint and its number of input writes (``RunStore.start``, in the round trip that takes
-the thread's lease; it reads no values). Driven again, it compares them with the thread
+checkpoint and its number of input writes (in the round trip that takes the thread's lease:
+``RunStore.claim``, else ``RunStore.start``; it reads no values). Driven again, it compares them with the thread
 now — a newer head, or input writes added on the same head, mean the input was applied, and
 the run resumes with ``None`` (LangGraph's "continue the thread"); otherwise it starts from
 its input as if for the first time. The loop then replans the head's tasks: those with
@@ -49,7 +49,7 @@ from bulksync.errors import LeaseLostError, TaskCancelledError, TaskTimeoutError
 from bulksync.retry import is_transient_redis, retry
 from bulksync.service import events, runs
 from bulksync.service.cancel import cancel_run
-from bulksync.service.runs import Run, RunStore
+from bulksync.service.runs import Run, RunStore, Started
 from bulksync.settings import Settings
 from bulksync.types import Command
 from bulksync.workers import wire
@@ -85,11 +85,17 @@ class RunDriver:
     ``done`` is set once the run has its final status (or was given up)."""
 
     def __init__(
-        self, ctx: DriverContext, run: Run, ended: Callable[[RunDriver], None] | None = None
+        self,
+        ctx: DriverContext,
+        run: Run,
+        ended: Callable[[RunDriver], None] | None = None,
+        started: Started | None = None,
     ) -> None:
+        """``started``: the run's start when its claim took the thread's lease."""
         self.ctx = ctx
         self.run_row = run
-        self.lease: tuple[str, int] | None = None
+        self._started = started
+        self.lease = None if started is None else (run.thread_id, started[0])
         self.lost = threading.Event()  # another coordinator owns the run or its thread now
         self.done = threading.Event()
         self.began = time.monotonic()
@@ -331,12 +337,14 @@ class RunDriver:
 
     # -- lease, final status ----------------------------------------------------------
 
-    def _acquire(self, run: Run) -> tuple[int, str | None, int] | None:
+    def _acquire(self, run: Run) -> Started | None:
         """The thread's lease and head (``RunStore.start``), or None: while another
         coordinator's lease is still live (it ends by expiry), the run starts again a moment
         later, on the reactor."""
+        started, self._started = self._started, None  # taken with the claim, if it was
         ttl = self.ctx.lease_ttl
-        started = self.ctx.store.start(run.run_id, self.ctx.owner, run.thread_id, ttl)
+        if started is None:
+            started = self.ctx.store.start(run.run_id, self.ctx.owner, run.thread_id, ttl)
         if started is not None:
             self.lease = (run.thread_id, started[0])
         elif not self.ctx.abandoned.is_set():

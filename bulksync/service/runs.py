@@ -54,7 +54,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
@@ -133,25 +133,53 @@ _STALE_SQL = f"""UPDATE bulksync_runs SET
     owner = NULL, heartbeat_at = NULL, updated_at = now()
     WHERE status = 'running' AND heartbeat_at < now() - make_interval(secs => %s)
     RETURNING {_COLUMNS}"""
-# The thread's latest root checkpoint and its input writes (the saver's tables, read without
-# their values), recorded on the run the first time only and only while the caller holds the
-# thread's lease; the head is returned either way.
-_STARTED_SQL = """WITH head AS (
-        SELECT c.checkpoint_id, (SELECT count(*) FROM bulksync_checkpoint_writes w
-            WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = ''
-            AND w.checkpoint_id = c.checkpoint_id AND w.task_id = %(input)s)::int AS writes
-        FROM bulksync_checkpoints c WHERE c.thread_id = %(thread)s AND c.checkpoint_ns = ''
-        ORDER BY c.checkpoint_id DESC LIMIT 1),
+# The runs a claim takes, selected again by the statements after it in its transaction:
+# now() is the transaction's start, the same in each of them, and no other transaction
+# can have set it as this owner's running runs' updated_at.
+_CLAIMED = f"""r.owner = %(owner)s AND r.status = 'running' AND r.updated_at = now()
+    AND r.kind NOT IN {_READS}"""
+_LEASE_CLAIMED_SQL = pgm.acquire_sql(
+    f"""SELECT DISTINCT r.thread_id, %(owner)s, 1, now() + make_interval(secs => %(ttl)s)
+    FROM bulksync_runs r WHERE {_CLAIMED} ORDER BY 1"""
+)
+
+
+def _started_sql(runs: str) -> str:
+    """Of the runs ``runs`` selects (as ``r``) whose thread's lease the caller holds: the
+    lease's token and the thread's head — its latest root checkpoint and how many input
+    writes it has (the saver's tables, read without their values) —, recorded on a run the
+    first time only."""
+    return f"""WITH leased AS (
+        SELECT r.run_id, r.thread_id, l.token FROM bulksync_runs r
+        JOIN bulksync_thread_leases l ON l.thread_id = r.thread_id
+            AND l.owner = %(owner)s AND l.expires_at > now()
+        WHERE {runs}),
+    head AS (
+        SELECT s.run_id, s.token, h.checkpoint_id, coalesce(h.writes, 0) AS writes
+        FROM leased s LEFT JOIN LATERAL (
+            SELECT c.checkpoint_id, (SELECT count(*) FROM bulksync_checkpoint_writes w
+                WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = ''
+                AND w.checkpoint_id = c.checkpoint_id AND w.task_id = %(input)s)::int AS writes
+            FROM bulksync_checkpoints c WHERE c.thread_id = s.thread_id AND c.checkpoint_ns = ''
+            ORDER BY c.checkpoint_id DESC LIMIT 1) h ON true),
     marked AS (
-        UPDATE bulksync_runs SET start_checkpoint = (SELECT checkpoint_id FROM head),
-            start_writes = coalesce((SELECT writes FROM head), 0)
-        WHERE run_id = %(run)s AND owner = %(owner)s AND status = 'running'
-        AND start_writes IS NULL AND EXISTS (SELECT 1 FROM bulksync_thread_leases l
-            WHERE l.thread_id = %(thread)s AND l.owner = %(owner)s AND l.expires_at > now()))
-    SELECT (SELECT checkpoint_id FROM head), coalesce((SELECT writes FROM head), 0)"""
+        UPDATE bulksync_runs r SET start_checkpoint = head.checkpoint_id,
+            start_writes = head.writes
+        FROM head WHERE r.run_id = head.run_id AND r.owner = %(owner)s
+        AND r.status = 'running' AND r.start_writes IS NULL)
+    SELECT run_id, token, checkpoint_id, writes FROM head"""
+
+
+_STARTED_SQL = _started_sql("r.run_id = %(run)s")
+_STARTED_CLAIMED_SQL = _started_sql(_CLAIMED)
 _FINISH_SQL = f"""UPDATE bulksync_runs SET status = %s, output = %s, error = %s,
     updated_at = now() WHERE run_id = %s AND owner = %s AND status = 'running'
     RETURNING {_COLUMNS}"""
+
+
+Started = tuple[int, str | None, int]
+"""A writer run's start (``RunStore.start``): its thread's lease token, and the thread's
+head checkpoint id (None: no checkpoint yet) with its number of input writes."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -206,6 +234,13 @@ class Run:
         if self.status == TIMEOUT:
             return TaskTimeoutError(message)
         return BulkSyncError(message)
+
+
+class Claim(NamedTuple):
+    """A run a coordinator claimed, and its start if the claim took its lease."""
+
+    run: Run
+    started: Started | None
 
 
 class RunStore:
@@ -320,19 +355,37 @@ class RunStore:
         assert row is not None
         return _run(row)
 
-    def claim(self, owner: str, limit: int, graph_ids: Sequence[str]) -> list[Run]:
+    def claim(
+        self, owner: str, limit: int, graph_ids: Sequence[str], *, lease_ttl: float | None = None
+    ) -> list[Claim]:
         """Mark up to ``limit`` runnable runs of ``graph_ids`` as running for ``owner``.
 
         Oldest first; a writer run only when no earlier writer of its thread is active,
         whatever its graph. Runs of other graphs are left to coordinators that loaded them.
+
+        With ``lease_ttl``, the claim also starts its writer runs, in the same round trip:
+        each claim's ``started`` is what :meth:`start` would return (None for a read, or
+        while another owner's lease on the thread is live).
         """
         if limit < 1 or not graph_ids:
             return []
-        args = {"owner": owner, "limit": limit, "graphs": list(graph_ids)}
+        args = {
+            "owner": owner,
+            "limit": limit,
+            "graphs": list(graph_ids),
+            "ttl": lease_ttl,
+            "input": NULL_TASK_ID,
+        }
         with self.pool.connection() as conn:
-            cur = conn.cursor(row_factory=dict_row)
-            rows = cur.execute(_CLAIM_SQL, args).fetchall()
-        return sorted((_run(r) for r in rows), key=lambda r: r.created_at)
+            with conn.pipeline():  # one transaction, whose now() marks the runs claimed
+                claimed = conn.cursor(row_factory=dict_row).execute(_CLAIM_SQL, args)
+                if lease_ttl is not None:
+                    conn.execute(_LEASE_CLAIMED_SQL, args)
+                    heads = conn.execute(_STARTED_CLAIMED_SQL, args)
+            rows = claimed.fetchall()
+            started = {} if lease_ttl is None else dict(_started(r) for r in heads.fetchall())
+        found = sorted((_run(r) for r in rows), key=lambda r: r.created_at)
+        return [Claim(run, started.get(run.run_id)) for run in found]
 
     def heartbeat(self, owner: str, run_ids: Sequence[str]) -> set[str]:
         """Refresh ``owner``'s running runs; return those it still owns."""
@@ -356,9 +409,7 @@ class RunStore:
             cur = conn.cursor(row_factory=dict_row)
             return [_run(r) for r in cur.execute(_STALE_SQL, (float(stale_after),)).fetchall()]
 
-    def start(
-        self, run_id: str, owner: str, thread_id: str, lease_ttl: float
-    ) -> tuple[int, str | None, int] | None:
+    def start(self, run_id: str, owner: str, thread_id: str, lease_ttl: float) -> Started | None:
         """Take the lease of the run's thread for ``owner`` (as ``acquire_lease`` of the
         saver does) and record the thread's head when the run is first driven (later calls
         change nothing), in one round trip.
@@ -368,7 +419,7 @@ class RunStore:
         no checkpoint yet) and how many input writes it holds.
         """
 
-        def start(_: int) -> tuple[int, str | None, int] | None:
+        def start(_: int) -> Started | None:
             args = {
                 "input": NULL_TASK_ID,
                 "thread": thread_id,
@@ -378,11 +429,10 @@ class RunStore:
             }
             with self.pool.connection() as conn:
                 with conn.pipeline():  # one transaction: the head is recorded under the lease
-                    lease = conn.execute(pgm.ACQUIRE_SQL, args)
+                    conn.execute(pgm.ACQUIRE_SQL, args)
                     head = conn.execute(_STARTED_SQL, args)
-                token, row = lease.fetchone(), head.fetchone()
-            assert row is not None  # a SELECT of two scalars always has its row
-            return None if token is None else (int(token[0]), row[0], int(row[1]))
+                row = head.fetchone()
+            return None if row is None else _started(row)[1]
 
         return self._retry(start, f"starting run {run_id}")
 
@@ -549,6 +599,11 @@ def _run(row: Mapping[str, Any]) -> Run:
         created_at=row["created_at"],
         updated_at=row["updated_at"],
     )
+
+
+def _started(row: Sequence[Any]) -> tuple[str, Started]:
+    """A run id and its start, from a row of ``_started_sql``."""
+    return str(row[0]), (int(row[1]), row[2], int(row[3]))
 
 
 def _check_graph(row: Mapping[str, Any] | None, thread_id: str, graph_id: str) -> None:

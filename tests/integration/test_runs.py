@@ -13,7 +13,7 @@ from bulksync.constants import NULL_TASK_ID, START
 from bulksync.errors import TaskCancelledError, ThreadBusyError, ThreadGraphError
 from bulksync.graph import StateGraph
 from bulksync.service import events, runs
-from bulksync.service.runs import RunStore
+from bulksync.service.runs import Run, RunStore
 from bulksync.types import Command, Interrupt
 from bulksync.workers import wire
 
@@ -37,6 +37,11 @@ def submit(store: RunStore, thread: str, kind: str = "invoke", **kw: Any) -> str
     return store.create(
         graph_id="g:graph", thread_id=thread, kind=kind, payload=payload, **kw
     ).run_id
+
+
+def claim(store: RunStore, owner: str, limit: int, graphs: list[str] = GRAPHS) -> list[Run]:
+    """The runs ``owner`` claims (without their threads' leases)."""
+    return [c.run for c in store.claim(owner, limit, graphs)]
 
 
 def age_heartbeat(store: RunStore, run_id: str) -> None:
@@ -74,37 +79,37 @@ def test_create_refuses_unknown_kinds_and_strategies(
 
 def test_claim_takes_the_oldest_run_of_each_thread_only(store: RunStore) -> None:
     a1, b1, a2 = submit(store, "a"), submit(store, "b"), submit(store, "a")
-    claimed = store.claim("me", 10, GRAPHS)
+    claimed = claim(store, "me", 10, GRAPHS)
     assert [r.run_id for r in claimed] == [a1, b1]
     assert all(r.status == runs.RUNNING and r.owner == "me" and r.attempts == 1 for r in claimed)
-    assert store.claim("me", 10, GRAPHS) == []  # a2 waits for a1
+    assert claim(store, "me", 10, GRAPHS) == []  # a2 waits for a1
     assert store.finish(a1, "me", runs.SUCCESS, output=wire.SERDE.dumps({"n": 2}))
-    assert [r.run_id for r in store.claim("me", 10, GRAPHS)] == [a2]
+    assert [r.run_id for r in claim(store, "me", 10, GRAPHS)] == [a2]
 
 
 def test_claim_respects_the_limit_oldest_first(store: RunStore) -> None:
     ids = [submit(store, f"t{i}") for i in range(5)]
-    assert [r.run_id for r in store.claim("me", 2, GRAPHS)] == ids[:2]
-    assert [r.run_id for r in store.claim("me", 0, GRAPHS)] == []
-    assert [r.run_id for r in store.claim("me", 10, GRAPHS)] == ids[2:]
+    assert [r.run_id for r in claim(store, "me", 2, GRAPHS)] == ids[:2]
+    assert [r.run_id for r in claim(store, "me", 0, GRAPHS)] == []
+    assert [r.run_id for r in claim(store, "me", 10, GRAPHS)] == ids[2:]
 
 
 def test_claim_takes_only_runs_of_the_graphs_given(store: RunStore) -> None:
     other = store.create(graph_id="other:graph", thread_id="t", kind="invoke", payload={})
     mine = submit(store, "u")
-    assert [r.run_id for r in store.claim("me", 10, GRAPHS)] == [mine]
-    assert store.claim("me", 10, []) == []
-    assert [r.run_id for r in store.claim("you", 10, ["other:graph"])] == [other.run_id]
+    assert [r.run_id for r in claim(store, "me", 10, GRAPHS)] == [mine]
+    assert claim(store, "me", 10, []) == []
+    assert [r.run_id for r in claim(store, "you", 10, ["other:graph"])] == [other.run_id]
 
 
 def test_reads_neither_wait_for_nor_hold_up_writers(store: RunStore) -> None:
     writer = submit(store, "t")
-    assert [r.run_id for r in store.claim("me", 1, GRAPHS)] == [writer]
+    assert [r.run_id for r in claim(store, "me", 1, GRAPHS)] == [writer]
     read = submit(store, "t", kind="get_state", multitask_strategy="reject")
     later = submit(store, "t")
-    assert [r.run_id for r in store.claim("me", 10, GRAPHS)] == [read]
+    assert [r.run_id for r in claim(store, "me", 10, GRAPHS)] == [read]
     store.finish(writer, "me", runs.SUCCESS)
-    assert [r.run_id for r in store.claim("me", 10, GRAPHS)] == [later]
+    assert [r.run_id for r in claim(store, "me", 10, GRAPHS)] == [later]
 
 
 def test_concurrent_claims_never_share_a_run(store: RunStore) -> None:
@@ -112,11 +117,13 @@ def test_concurrent_claims_never_share_a_run(store: RunStore) -> None:
     got: dict[str, list[str]] = {}
     barrier = threading.Barrier(4)
 
-    def claim(owner: str) -> None:
+    def take(owner: str) -> None:
         barrier.wait()
-        got[owner] = [r.run_id for r in store.claim(owner, 20, GRAPHS)]
+        claims = store.claim(owner, 20, GRAPHS, lease_ttl=30)
+        assert all(c.started == (1, None, 0) for c in claims)  # each its thread's lease
+        got[owner] = [c.run.run_id for c in claims]
 
-    threads = [threading.Thread(target=claim, args=(f"c{i}",)) for i in range(4)]
+    threads = [threading.Thread(target=take, args=(f"c{i}",)) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
@@ -131,7 +138,7 @@ def test_reject_names_the_thread_and_its_active_run(store: RunStore) -> None:
         submit(store, "busy", multitask_strategy="reject")
     assert f"thread 'busy' is busy with run {first} (pending)" in str(err.value)
     assert "multitask_strategy='enqueue'" in str(err.value)
-    store.claim("me", 1, GRAPHS)
+    claim(store, "me", 1, GRAPHS)
     with pytest.raises(ThreadBusyError, match=rf"{first} \(running\)"):
         submit(store, "busy", multitask_strategy="reject")
     store.finish(first, "me", runs.INTERRUPTED)
@@ -151,20 +158,20 @@ def test_a_thread_of_another_graph_is_refused_and_nothing_is_stored(store: RunSt
 
 def test_heartbeat_reports_the_runs_still_owned(store: RunStore) -> None:
     mine, theirs = submit(store, "a"), submit(store, "b")
-    store.claim("me", 1, GRAPHS)
-    store.claim("them", 1, GRAPHS)
+    claim(store, "me", 1, GRAPHS)
+    claim(store, "them", 1, GRAPHS)
     assert store.heartbeat("me", [mine, theirs]) == {mine}
     assert store.heartbeat("me", []) == set()
 
 
 def test_stale_runs_are_released_and_claimed_again(store: RunStore) -> None:
     lost, alive = submit(store, "a"), submit(store, "b")
-    store.claim("dead", 2, GRAPHS)
+    claim(store, "dead", 2, GRAPHS)
     age_heartbeat(store, lost)
     (released,) = store.take_over_stale(60)
     assert (released.run_id, released.status, released.owner) == (lost, runs.PENDING, None)
     assert store.require(alive).status == runs.RUNNING
-    (again,) = store.claim("heir", 10, GRAPHS)
+    (again,) = claim(store, "heir", 10, GRAPHS)
     assert (again.run_id, again.owner, again.attempts) == (lost, "heir", 2)
     # The dead owner can no longer finish it (its result would be dropped).
     assert store.finish(lost, "dead", runs.SUCCESS) is None
@@ -174,20 +181,20 @@ def test_stale_runs_are_released_and_claimed_again(store: RunStore) -> None:
 
 def test_a_stale_run_whose_cancel_was_asked_ends_cancelled(store: RunStore) -> None:
     run_id = submit(store, "a")
-    store.claim("dead", 1, GRAPHS)
+    claim(store, "dead", 1, GRAPHS)
     store.request_cancel(run_id)
     age_heartbeat(store, run_id)
     (changed,) = store.take_over_stale(60)
     assert changed.status == runs.CANCELLED
     assert isinstance(changed.exception(), TaskCancelledError)
-    assert store.claim("heir", 10, GRAPHS) == []
+    assert claim(store, "heir", 10, GRAPHS) == []
 
 
 def test_start_takes_the_lease_keeps_the_first_head_and_tells_the_head_now(
     store: RunStore, pg_schema: str
 ) -> None:
     run_id = submit(store, "a")
-    store.claim("me", 1, GRAPHS)
+    claim(store, "me", 1, GRAPHS)
     started = store.start(run_id, "me", "a", 30)
     assert started == (1, None, 0)  # the first token; no checkpoint yet
     with PostgresSaver.from_conn_string(pg_schema) as saver:
@@ -213,9 +220,41 @@ def test_start_takes_the_lease_keeps_the_first_head_and_tells_the_head_now(
         assert saver.acquire_lease("a", "someone-else", 30) == 2  # the store's lease, shared
 
 
+def test_a_claim_with_a_lease_ttl_starts_its_writer_runs(store: RunStore, pg_schema: str) -> None:
+    with PostgresSaver.from_conn_string(pg_schema) as saver:
+        saver.setup()
+        builder = StateGraph(State)
+        builder.add_node("double", lambda s: {"n": s["n"] * 2})
+        builder.add_edge(START, "double")
+        graph = builder.compile(checkpointer=saver)
+        graph.invoke({"n": 1}, {"configurable": {"thread_id": "a"}})
+        head = saver.get_tuple({"configurable": {"thread_id": "a"}})
+        assert head is not None
+        saver.put_writes(head.config, [("n", 5)], NULL_TASK_ID)
+        assert saver.acquire_lease("b", "other", 30) == 1  # a coordinator that still holds it
+        on_a, on_b, read = submit(store, "a"), submit(store, "b"), submit(store, "c", "get_state")
+        claims = store.claim("me", 10, GRAPHS, lease_ttl=30)
+        assert [(c.run.run_id, c.started) for c in claims] == [
+            (on_a, (1, head.checkpoint.id, 1)),  # as start() would say
+            (on_b, None),  # start() again later
+            (read, None),  # a read needs no lease
+        ]
+        assert (claims[0].run.start_checkpoint, claims[0].run.start_writes) == (None, None)
+        assert store.require(on_a).start_checkpoint == head.checkpoint.id
+        assert store.require(on_b).start_writes is None
+        assert store.start(on_a, "me", "a", 30) == (1, head.checkpoint.id, 1)
+        # A later claim starts only the runs it claims, not those this owner claimed before.
+        saver.release_lease("a", "me", 1)
+        later = submit(store, "d")
+        assert [(c.run.run_id, c.started) for c in store.claim("me", 10, GRAPHS, lease_ttl=30)] == [
+            (later, (1, None, 0))
+        ]
+        assert saver.acquire_lease("a", "other", 30) == 2
+
+
 def test_start_records_no_head_without_the_lease(store: RunStore, pg_schema: str) -> None:
     run_id = submit(store, "a")
-    store.claim("me", 1, GRAPHS)
+    claim(store, "me", 1, GRAPHS)
     with PostgresSaver.from_conn_string(pg_schema) as saver:
         saver.setup()
         assert saver.acquire_lease("a", "other", 30) == 1  # a coordinator that still holds it
@@ -228,14 +267,14 @@ def test_start_records_no_head_without_the_lease(store: RunStore, pg_schema: str
 
 def test_finish_needs_a_final_status(store: RunStore) -> None:
     run_id = submit(store, "a")
-    store.claim("me", 1, GRAPHS)
+    claim(store, "me", 1, GRAPHS)
     with pytest.raises(ValueError, match="'running' is not a final status"):
         store.finish(run_id, "me", runs.RUNNING)
 
 
 def test_finished_runs_keep_output_and_error(store: RunStore) -> None:
     ok, bad = submit(store, "a"), submit(store, "b")
-    store.claim("me", 2, GRAPHS)
+    claim(store, "me", 2, GRAPHS)
     pause = {"x": 1, "__interrupt__": [Interrupt("why?", "i1")]}
     store.finish(ok, "me", runs.INTERRUPTED, output=wire.SERDE.dumps(pause))
     failure = KeyError("boom")
@@ -249,7 +288,7 @@ def test_finished_runs_keep_output_and_error(store: RunStore) -> None:
 
 def test_request_cancel_by_status(store: RunStore) -> None:
     untouched, running, done = submit(store, "a"), submit(store, "b"), submit(store, "c")
-    store.claim("me", 10, GRAPHS)  # all three run now
+    claim(store, "me", 10, GRAPHS)  # all three run now
     store.finish(done, "me", runs.SUCCESS)
     queued = submit(store, "b")  # waits behind `running`
     before, run = store.request_cancel(queued)
@@ -267,7 +306,7 @@ def test_request_cancel_by_status(store: RunStore) -> None:
 
 def test_list_filters_newest_first(store: RunStore) -> None:
     a1, b1, a2 = submit(store, "a"), submit(store, "b"), submit(store, "a")
-    store.claim("me", 10, GRAPHS)
+    claim(store, "me", 10, GRAPHS)
     assert [r.run_id for r in store.list()] == [a2, b1, a1]
     assert [r.run_id for r in store.list(thread_id="a")] == [a2, a1]
     assert [r.run_id for r in store.list(status=runs.PENDING)] == [a2]
@@ -284,7 +323,7 @@ def test_events_round_trip() -> None:
 
 def test_an_end_event_carries_its_runs_final_row_unless_it_is_large(store: RunStore) -> None:
     small, large = submit(store, "a"), submit(store, "b")
-    store.claim("me", 2, GRAPHS)
+    claim(store, "me", 2, GRAPHS)
     done = store.finish(small, "me", runs.SUCCESS, output=wire.SERDE.dumps({"n": 2}))
     assert done is not None
     end = events.loads_event(b"1-0", events.dumps_event((), events.END, events.end_event(done)))
