@@ -16,12 +16,13 @@ round trip. Reads (``get_state``,
 
 **Taking a run over.** A run whose coordinator died is claimed again by another one. Its
 input must not be applied twice: when first driven, the run records the thread's head
-checkpoint and its number of input writes (in the round trip that takes the thread's lease:
-``RunStore.claim``, else ``RunStore.start``; it reads no values). Driven again, it compares them with the thread
-now — a newer head, or input writes added on the same head, mean the input was applied, and
-the run resumes with ``None`` (LangGraph's "continue the thread"); otherwise it starts from
-its input as if for the first time. The loop then replans the head's tasks: those with
-pending writes in Postgres or results in Redis are not run again.
+checkpoint and its number of input writes (in the round trip that takes the thread's
+lease: ``RunStore.claim``, else ``RunStore.start``; it reads no values). Driven again, it
+compares them with the thread now — a newer head, or input writes added on the same head,
+mean the input was applied, and the run resumes with ``None`` (LangGraph's "continue the
+thread"); otherwise it starts from its input as if for the first time. The loop then
+replans the head's tasks: those with pending writes in Postgres or results in Redis are
+not run again.
 """
 
 from __future__ import annotations
