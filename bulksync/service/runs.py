@@ -31,7 +31,7 @@ run (invoke, stream, update_state) at a time: later ones wait ("enqueue") or are
 coordinator claims only runs of the graphs it loaded; the others wait for one that did.
 
 **A thread belongs to one graph**: the graph of its first writer run, which
-``bulksync_threads`` records (``threads.TOUCH_SQL``). ``create`` refuses a run or read of the
+``bulksync_threads`` records. ``create`` refuses a run or read of the
 thread with any other graph (``ThreadGraphError``) in the transaction that would insert it,
 so the rule holds for every client (``Client``, ``RemoteGraph``, the CLI, the HTTP API):
 another graph would read the thread's checkpoints with the wrong channels and nodes, and
@@ -49,7 +49,6 @@ calls them again on its next turn, and a claim whose reply was lost is released 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -71,7 +70,6 @@ from bulksync.errors import (
     ThreadGraphError,
 )
 from bulksync.retry import retry
-from bulksync.service.threads import TOUCH_SQL
 from bulksync.workers import wire
 
 PENDING: Final = "pending"
@@ -102,13 +100,34 @@ _THREAD_LOCK_SQL = (
 )
 T = TypeVar("T")
 
-_ACTIVE_SQL = f"""SELECT run_id, status FROM bulksync_runs
-    WHERE thread_id = %s AND status IN ('pending', 'running') AND kind NOT IN {_READS}
-    ORDER BY seq LIMIT 1"""
-_BOUND_SQL = "SELECT graph_id FROM bulksync_threads WHERE thread_id = %s"
-_INSERT_SQL = f"""INSERT INTO bulksync_runs
-    (run_id, thread_id, graph_id, kind, payload, multitask_strategy)
-    VALUES (%s, %s, %s, %s, %s, %s) RETURNING {_COLUMNS}"""
+# Under the thread's lock (taken by the statement before, in the same transaction): the
+# thread's graph and its active writer run (looked for only when the strategy refuses a
+# busy thread), and the new run, inserted only when neither refuses it. A writer run
+# binds its thread to its graph if nothing did yet (``bulksync_threads``, also
+# ``threads.py``'s). "" is a read across threads (a history without a thread): bound to
+# no graph.
+_CREATE_SQL = f"""WITH bound AS (
+        SELECT graph_id FROM bulksync_threads WHERE thread_id = %(thread)s
+        AND %(thread)s <> ''),
+    active AS (
+        SELECT run_id, status FROM bulksync_runs WHERE %(refuse_busy)s
+        AND thread_id = %(thread)s AND status IN ('pending', 'running')
+        AND kind NOT IN {_READS} ORDER BY seq LIMIT 1),
+    inserted AS (
+        INSERT INTO bulksync_runs (run_id, thread_id, graph_id, kind, payload,
+            multitask_strategy)
+        SELECT %(run)s, %(thread)s, %(graph)s, %(kind)s, %(payload)s, %(strategy)s
+        WHERE NOT EXISTS (SELECT 1 FROM bound WHERE graph_id <> %(graph)s)
+        AND NOT EXISTS (SELECT 1 FROM active)
+        RETURNING {_COLUMNS}),
+    touched AS (
+        INSERT INTO bulksync_threads (thread_id, graph_id)
+        SELECT thread_id, graph_id FROM inserted WHERE kind NOT IN {_READS}
+        ON CONFLICT (thread_id) DO UPDATE SET updated_at = clock_timestamp(),
+        graph_id = coalesce(bulksync_threads.graph_id, EXCLUDED.graph_id))
+    SELECT inserted.*, (SELECT graph_id FROM bound) AS bound_graph,
+        active.run_id AS active_run, active.status AS active_status
+    FROM (SELECT 1) AS one LEFT JOIN inserted ON true LEFT JOIN active ON true"""
 # Oldest first; a writer only when no writer of its thread runs or waits ahead of it.
 # SKIP LOCKED: coordinators claiming at once take different runs instead of queueing.
 _CLAIM_SQL = f"""WITH picked AS (
@@ -315,45 +334,45 @@ class RunStore:
                 f"multitask_strategy={multitask_strategy!r}: use 'enqueue' (wait for the "
                 "thread's active run) or 'reject' (refuse while the thread is busy)."
             )
-        data = wire.SERDE.dumps(dict(payload))
         run_id = run_id or str(uuid.uuid4())
-        args = (run_id, thread_id, graph_id, kind, data, multitask_strategy)
+        args: dict[str, Any] = {
+            "run": run_id,
+            "thread": thread_id,
+            "graph": graph_id,
+            "kind": kind,
+            "payload": wire.SERDE.dumps(dict(payload)),
+            "strategy": multitask_strategy,
+            "refuse_busy": multitask_strategy == "reject" and kind not in READ_KINDS,
+        }
 
         def insert(attempt: int) -> Run:
             if attempt > 1:  # the first attempt may have committed before its reply was lost
                 existing = self._get(run_id)
                 if existing is not None:
                     return existing
-            return self._insert(thread_id, kind, multitask_strategy, args)
+            return self._insert(args)
 
         return self._retry(insert, f"creating run {run_id}")
 
-    def _insert(self, thread_id: str, kind: str, strategy: str, args: tuple[Any, ...]) -> Run:
-        # Every statement goes in one round trip, the commit in a second: a check that
-        # fails raises inside the transaction, which rolls the insert back.
-        with self.pool.connection() as conn, conn.pipeline(), conn.transaction():
-            cursor = functools.partial(conn.cursor, row_factory=dict_row)
-            cursor().execute(_THREAD_LOCK_SQL, (thread_id,))
-            # "" is a read across threads (a history without a thread): bound to no graph.
-            bound = cursor().execute(_BOUND_SQL, (thread_id,)) if thread_id else None
-            busy = strategy == "reject" and kind not in READ_KINDS
-            active = cursor().execute(_ACTIVE_SQL, (thread_id,)) if busy else None
-            inserted = cursor().execute(_INSERT_SQL, args)
-            if kind not in READ_KINDS:
-                cursor().execute(TOUCH_SQL, (thread_id, args[2]))
-            if bound is not None:
-                _check_graph(bound.fetchone(), thread_id, args[2])
-            running = None if active is None else active.fetchone()
-            if running is not None:
-                raise ThreadBusyError(
-                    f"thread '{thread_id}' is busy with run {running['run_id']} "
-                    f"({running['status']}); wait for it (bulksync runs --thread "
-                    f"{thread_id}) or submit with multitask_strategy='enqueue' to queue "
-                    "behind it."
-                )
-            row = inserted.fetchone()
-        assert row is not None
-        return _run(row)
+    def _insert(self, args: Mapping[str, Any]) -> Run:
+        # One round trip: the lock and the insert, one implicit transaction.
+        with self.pool.connection() as conn:
+            with conn.pipeline():
+                conn.execute(_THREAD_LOCK_SQL, (args["thread"],))
+                created = conn.cursor(row_factory=dict_row).execute(_CREATE_SQL, args)
+            row = created.fetchone()
+        assert row is not None  # the statement always has its one row
+        if row["run_id"] is not None:
+            return _run(row)
+        bound = row["bound_graph"]
+        if bound is not None and bound != args["graph"]:
+            raise _other_graph(args["thread"], bound, args["graph"])
+        raise ThreadBusyError(
+            f"thread '{args['thread']}' is busy with run {row['active_run']} "
+            f"({row['active_status']}); wait for it (bulksync runs --thread "
+            f"{args['thread']}) or submit with multitask_strategy='enqueue' to queue "
+            "behind it."
+        )
 
     def claim(
         self, owner: str, limit: int, graph_ids: Sequence[str], *, lease_ttl: float | None = None
@@ -606,15 +625,12 @@ def _started(row: Sequence[Any]) -> tuple[str, Started]:
     return str(row[0]), (int(row[1]), row[2], int(row[3]))
 
 
-def _check_graph(row: Mapping[str, Any] | None, thread_id: str, graph_id: str) -> None:
-    """Refuse ``graph_id`` on a thread bound to another graph (``row``: the thread's, read
-    under its lock)."""
-    bound = None if row is None else row["graph_id"]
-    if bound is not None and bound != graph_id:
-        raise ThreadGraphError(
-            f"thread '{thread_id}' belongs to graph '{bound}', not '{graph_id}'; run or read "
-            f"it with graph '{bound}', or use a new thread for '{graph_id}'."
-        )
+def _other_graph(thread_id: str, bound: str, graph_id: str) -> ThreadGraphError:
+    """Refusing ``graph_id`` on a thread bound to graph ``bound``."""
+    return ThreadGraphError(
+        f"thread '{thread_id}' belongs to graph '{bound}', not '{graph_id}'; run or read "
+        f"it with graph '{bound}', or use a new thread for '{graph_id}'."
+    )
 
 
 def _unknown(run_id: str) -> LookupError:

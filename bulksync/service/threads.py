@@ -54,10 +54,6 @@ _STATUS_SQL = """CASE
                    ORDER BY r.seq DESC LIMIT 1), 'idle') END"""
 _SELECT_SQL = f"""SELECT * FROM (SELECT t.thread_id, t.graph_id, t.metadata, t.created_at,
     t.updated_at, {_STATUS_SQL} AS status FROM bulksync_threads t) AS t"""
-TOUCH_SQL: Final = """INSERT INTO bulksync_threads (thread_id, graph_id) VALUES (%s, %s)
-    ON CONFLICT (thread_id) DO UPDATE SET updated_at = clock_timestamp(),
-    graph_id = coalesce(bulksync_threads.graph_id, EXCLUDED.graph_id)"""
-"""Run by ``RunStore.create`` for a writer run, in the transaction that inserts it."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -156,6 +156,23 @@ def test_a_thread_of_another_graph_is_refused_and_nothing_is_stored(store: RunSt
     assert store.require(submit(store, "bound")).graph_id == "g:graph"
 
 
+def test_a_thread_made_without_a_graph_takes_its_first_writers(store: RunStore) -> None:
+    with store.pool.connection() as conn:  # as the threads API makes one
+        conn.execute("INSERT INTO bulksync_threads (thread_id) VALUES ('new')")
+    read = submit(store, "new", "get_state")  # a read binds nothing
+    with store.pool.connection() as conn:
+        bound = "SELECT graph_id FROM bulksync_threads WHERE thread_id = 'new'"
+        assert conn.execute(bound).fetchone() == (None,)
+        first = submit(store, "new")
+        assert conn.execute(bound).fetchone() == ("g:graph",)
+    with pytest.raises(ThreadBusyError, match=rf"busy with run {first} \(pending\)"):
+        submit(store, "new", multitask_strategy="reject")
+    payload = {"config": {"configurable": {"thread_id": "new"}}}
+    with pytest.raises(ThreadGraphError, match="thread 'new' belongs to graph 'g:graph'"):
+        store.create(graph_id="g:other", thread_id="new", kind="get_state", payload=payload)
+    assert {r.run_id for r in store.list(thread_id="new")} == {read, first}
+
+
 def test_heartbeat_reports_the_runs_still_owned(store: RunStore) -> None:
     mine, theirs = submit(store, "a"), submit(store, "b")
     claim(store, "me", 1, GRAPHS)
