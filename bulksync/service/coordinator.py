@@ -13,9 +13,10 @@ given (``bulksync.settings``, group ``coordinator``). The loop:
 3. every ``heartbeat`` seconds too, announce the graph ids it serves in Redis
    (``keys.served``), so that a client submitting a run of a graph nobody serves is told
    at once instead of waiting for ever;
-4. when nothing more can be claimed, block on Redis ``BLPOP keys.WAKE`` (clients push there
-   on submit) for at most ``poll_interval`` seconds — Postgres stays the truth, so a lost
-   wake-up only delays a run until the next look at the table.
+4. when nothing more can be claimed, block on Redis ``keys.WAKE`` (clients push there on
+   submit, drivers when a run's end lets a run queued on its thread start) for at most
+   ``poll_interval`` seconds, taking up to one wake-up per free slot — Postgres stays the
+   truth, so a lost wake-up only delays a run until the next look at the table.
 
 A heartbeat thread announces the graphs too, refreshes ``heartbeat_at`` of the runs this
 process drives and renews their thread leases (whose time to live is ``stale_after``, so a
@@ -101,6 +102,7 @@ class Coordinator:
         self._slot_free = threading.Event()
         self._stopped = threading.Event()
         self._serving = False
+        self._multi_pop = True  # BLMPOP, until Redis says it has none
         self.ctx = DriverContext(
             store=store,
             saver=saver,
@@ -220,15 +222,31 @@ class Coordinator:
     def _wait(self) -> None:
         """Block until a client's wake-up, a free slot, or ``poll_interval`` seconds."""
         self._slot_free.clear()
-        if len(self._active()) >= self.max_runs:
+        free = self.max_runs - len(self._active())
+        if free <= 0:
             # Full: leave wake-ups to coordinators that can take the work.
             self._slot_free.wait(self.poll_interval)
             return
         try:
-            self.redis.blpop([keys.WAKE], timeout=self.poll_interval)
+            self._pop_wakes(free)
         except redis.RedisError as exc:  # Postgres is the truth: go on without wake-ups
             log.warning("coordinator %s: Redis wake-up failed (%s)", self.owner, exc)
             self._stop.wait(self.poll_interval)
+
+    def _pop_wakes(self, free: int) -> None:
+        """Wait for wake-ups and take as many as the claim that follows can serve: one per
+        free slot (one, before Redis 7). Those left are for other coordinators; those taken
+        cost one claim, not one each."""
+        if self._multi_pop:
+            try:
+                self.redis.blmpop(self.poll_interval, 1, keys.WAKE, direction="LEFT", count=free)
+                return
+            except redis.ResponseError as exc:
+                if "unknown command" not in str(exc).lower():
+                    raise
+                log.info("coordinator %s: this Redis has no BLMPOP (before 7.0): BLPOP", self.owner)
+                self._multi_pop = False
+        self.redis.blpop([keys.WAKE], timeout=self.poll_interval)
 
     def announce(self) -> None:
         """Tell clients this coordinator serves its graphs, for the next ``stale_after`` s.

@@ -383,11 +383,11 @@ class RunDriver:
         if error is not None:
             output = wire.dumps_error(error)
             text = error_text(error)  # with the note naming the node and task, if any
-        final = self.ctx.store.finish(
+        finished = self.ctx.store.finish(
             self.run_id, self.ctx.owner, status, output=output, error=text, lease=self.lease
         )
         self._released = self.lease is not None  # in the same round trip
-        if final is None:
+        if finished is None:
             log.warning("run %s: another coordinator owns it now; result dropped", self.run_id)
             self.lost.set()
             return
@@ -404,18 +404,21 @@ class RunDriver:
             f": {text}" if text else "",
             extra=logs.ids(run_id=self.run_id, thread_id=thread),
         )
-        # The run's last events, the end event after them, and, as a writer run's end may
-        # let a run queued behind it on its thread start, a coordinator's wake-up: one
-        # round trip.
+        # The run's last events, the end event after them, and, when a writer run queued
+        # behind this one on its thread may start now, a coordinator's wake-up: one round
+        # trip.
         last, self._last = [*self._last, *self._take_events()], []
         end = [
             *(last if self._broken is None else ()),
-            ((), events.END, events.end_event(final)),
+            ((), events.END, events.end_event(finished.run)),
         ]
-        wake = self.run_row.kind not in runs.READ_KINDS
         retry(
             lambda: events.add_events(
-                self.ctx.redis, self.run_id, end, ttl=self.ctx.settings.run_ttl, wake=wake
+                self.ctx.redis,
+                self.run_id,
+                end,
+                ttl=self.ctx.settings.run_ttl,
+                wake=finished.queued,
             ),
             transient=is_transient_redis,
             window=self.ctx.settings.retry_window,

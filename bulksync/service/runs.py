@@ -94,10 +94,11 @@ _COLUMNS = (
 )
 _READS = "('get_state', 'get_state_history')"
 # Per thread, so two submissions to one thread cannot both see it idle ("reject").
-_THREAD_LOCK_SQL = (
-    "SELECT pg_advisory_xact_lock(hashtextextended("
-    "'bulksync_runs:' || coalesce(current_schema(), '') || ':' || %s, 0))"
+_THREAD_LOCK = (
+    "pg_advisory_xact_lock(hashtextextended("
+    "'bulksync_runs:' || coalesce(current_schema(), '') || ':' || {thread}, 0))"
 )
+_THREAD_LOCK_SQL = "SELECT " + _THREAD_LOCK.format(thread="%s")
 T = TypeVar("T")
 
 # Under the thread's lock (taken by the statement before, in the same transaction): the
@@ -191,9 +192,15 @@ def _started_sql(runs: str) -> str:
 
 _STARTED_SQL = _started_sql("r.run_id = %(run)s")
 _STARTED_CLAIMED_SQL = _started_sql(_CLAIMED)
-_FINISH_SQL = f"""UPDATE bulksync_runs SET status = %s, output = %s, error = %s,
+# The run's thread's lock first (as a submission takes it): a writer run queued behind this
+# one either is seen by the statement after, or is inserted once this end is committed.
+_FINISH_LOCK_SQL = f"""SELECT {_THREAD_LOCK.format(thread="thread_id")}
+    FROM bulksync_runs WHERE run_id = %s AND kind NOT IN {_READS}"""
+_FINISH_SQL = f"""UPDATE bulksync_runs r SET status = %s, output = %s, error = %s,
     updated_at = now() WHERE run_id = %s AND owner = %s AND status = 'running'
-    RETURNING {_COLUMNS}"""
+    RETURNING {_COLUMNS}, r.kind NOT IN {_READS} AND EXISTS (SELECT 1 FROM bulksync_runs q
+        WHERE q.thread_id = r.thread_id AND q.status = 'pending'
+        AND q.kind NOT IN {_READS}) AS queued"""
 
 
 Started = tuple[int, str | None, int]
@@ -253,6 +260,14 @@ class Run:
         if self.status == TIMEOUT:
             return TaskTimeoutError(message)
         return BulkSyncError(message)
+
+
+class Finished(NamedTuple):
+    """A run's final row, and whether a writer run of its thread is queued behind it: its
+    end lets that one start (``RunStore.finish``)."""
+
+    run: Run
+    queued: bool
 
 
 class Claim(NamedTuple):
@@ -464,7 +479,7 @@ class RunStore:
         output: bytes | None = None,
         error: str | None = None,
         lease: tuple[str, int] | None = None,
-    ) -> Run | None:
+    ) -> Finished | None:
         """Set a running run's final status; return its final row, or None when ``owner``
         no longer drives it.
 
@@ -474,9 +489,10 @@ class RunStore:
         if status not in FINISHED:
             raise ConfigError(f"{status!r} is not a final status; use one of {sorted(FINISHED)}")
 
-        def finish(attempt: int) -> Run | None:
+        def finish(attempt: int) -> Finished | None:
             with self.pool.connection() as conn:
                 with conn.pipeline():  # one round trip: its results are read after the sync
+                    conn.execute(_FINISH_LOCK_SQL, (run_id,))
                     cur = conn.cursor(row_factory=dict_row)
                     cur.execute(_FINISH_SQL, (status, output, error, run_id, owner))
                     if lease is not None:
@@ -484,9 +500,10 @@ class RunStore:
                 row = cur.fetchone()
             if row is None and attempt > 1:  # did the first attempt commit, reply lost?
                 now = self._get(run_id)
-                ours = now is not None and now.owner == owner and now.status == status
-                return now if ours else None
-            return None if row is None else _run(row)
+                if now is None or now.owner != owner or now.status != status:
+                    return None
+                return Finished(now, now.kind not in READ_KINDS)  # not known: wake anyway
+            return None if row is None else Finished(_run(row), bool(row["queued"]))
 
         return self._retry(finish, f"finishing run {run_id}")
 

@@ -193,7 +193,8 @@ def test_stale_runs_are_released_and_claimed_again(store: RunStore) -> None:
     # The dead owner can no longer finish it (its result would be dropped).
     assert store.finish(lost, "dead", runs.SUCCESS) is None
     final = store.finish(lost, "heir", runs.SUCCESS)
-    assert final == store.require(lost) and final is not None and final.status == runs.SUCCESS
+    assert final is not None and final.run == store.require(lost)
+    assert final.run.status == runs.SUCCESS
 
 
 def test_a_stale_run_whose_cancel_was_asked_ends_cancelled(store: RunStore) -> None:
@@ -289,6 +290,23 @@ def test_finish_needs_a_final_status(store: RunStore) -> None:
         store.finish(run_id, "me", runs.RUNNING)
 
 
+def test_finish_tells_whether_a_writer_run_waits_behind_on_its_thread(store: RunStore) -> None:
+    first, behind, read = submit(store, "a"), submit(store, "a"), submit(store, "a", "get_state")
+    lone = submit(store, "b")
+    assert {r.run_id for r in claim(store, "me", 10)} == {first, read, lone}
+
+    def queued(run_id: str) -> bool:
+        finished = store.finish(run_id, "me", runs.SUCCESS)
+        assert finished is not None and finished.run.status == runs.SUCCESS
+        return finished.queued
+
+    assert queued(read) is False  # a read holds up no writer
+    assert queued(first) is True  # its end lets `behind` start: a coordinator is woken
+    assert queued(lone) is False
+    assert [r.run_id for r in claim(store, "me", 10)] == [behind]
+    assert queued(behind) is False
+
+
 def test_finished_runs_keep_output_and_error(store: RunStore) -> None:
     ok, bad = submit(store, "a"), submit(store, "b")
     claim(store, "me", 2, GRAPHS)
@@ -343,14 +361,14 @@ def test_an_end_event_carries_its_runs_final_row_unless_it_is_large(store: RunSt
     claim(store, "me", 2, GRAPHS)
     done = store.finish(small, "me", runs.SUCCESS, output=wire.SERDE.dumps({"n": 2}))
     assert done is not None
-    end = events.loads_event(b"1-0", events.dumps_event((), events.END, events.end_event(done)))
+    end = events.loads_event(b"1-0", events.dumps_event((), events.END, events.end_event(done.run)))
     assert (end.chunk["status"], end.chunk["error"]) == (runs.SUCCESS, None)
     assert events.ended_run(end.chunk, small) == store.require(small)  # dates included
     assert events.ended_run(end.chunk, large) is None  # another run's
     big = wire.SERDE.dumps({"n": "x" * events.END_ROW_LIMIT})
     done = store.finish(large, "me", runs.SUCCESS, output=big)
     assert done is not None
-    assert events.end_event(done) == {"status": runs.SUCCESS, "error": None}  # read the row
+    assert events.end_event(done.run) == {"status": runs.SUCCESS, "error": None}  # read it
     assert events.ended_run({"status": runs.SUCCESS, "error": None}, large) is None
 
 

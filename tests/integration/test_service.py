@@ -19,6 +19,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 import redis
 
+from bulksync import keys
 from bulksync.checkpoint.postgres import PostgresSaver
 from bulksync.cli import main
 from bulksync.client import Client
@@ -70,6 +71,14 @@ class Service:
 
         ``tunables`` are settings of the coordinator group (``heartbeat=0.2``, …).
         """
+        coordinator = self.coordinator(executor_factory, **tunables)
+        coordinator.start()
+        return coordinator
+
+    def coordinator(
+        self, executor_factory: ExecutorFactory | None = None, **tunables: Any
+    ) -> Coordinator:
+        """A coordinator not serving yet, stopped when the test ends (``start``'s)."""
         tunables.setdefault("heartbeat", 0.2)
         tunables.setdefault("poll_interval", 0.2)
         settings = dataclasses.replace(self.settings, **tunables)
@@ -85,7 +94,6 @@ class Service:
             app=self.cluster.app,
             executor_factory=executor_factory,
         )
-        coordinator.start()
         self.stack.callback(coordinator.stop, timeout=WAIT)
         return coordinator
 
@@ -613,3 +621,24 @@ def test_cli_unreachable_redis_is_one_line(
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1
     assert "cannot reach Redis at redis://127.0.0.1:1/0" in err and "BULKSYNC_REDIS_URL" in err
+
+
+def test_a_waiting_coordinator_takes_one_wake_up_per_free_slot(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Wake-ups pile up while a coordinator is full (a burst of submissions, runs ending);
+    # one claim serves as many as it has slots, instead of one claim each.
+    coordinator = service.coordinator(max_runs=3)
+    service.redis.delete(keys.WAKE)
+    service.redis.lpush(keys.WAKE, *[b"1"] * 5)
+    coordinator._pop_wakes(3)
+    assert service.redis.llen(keys.WAKE) == 2  # the rest are for other coordinators
+
+    def before_redis_7(*args: Any, **kwargs: Any) -> None:
+        raise redis.ResponseError("unknown command 'BLMPOP', with args beginning with: '1'")
+
+    monkeypatch.setattr(coordinator.redis, "blmpop", before_redis_7)
+    coordinator._pop_wakes(3)
+    assert service.redis.llen(keys.WAKE) == 1  # one at a time there
+    coordinator._pop_wakes(3)
+    assert service.redis.llen(keys.WAKE) == 0
