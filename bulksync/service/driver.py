@@ -11,8 +11,7 @@ fenced with the lease's token. ``invoke``/``stream`` runs stream the registry gr
 the coordinator's executor and push every chunk the caller asked for to the run's Redis
 stream, plus ``progress`` events; the row gets its final status, then the stream its last
 chunks and its ``end`` event (which carries the final row: ``events.end_event``), in one
-round trip. Reads (``get_state``,
-``get_state_history``) need no lease.
+round trip. Reads (``get_state``, ``get_state_history``) need no lease.
 
 **Taking a run over.** A run whose coordinator died is claimed again by another one. Its
 input must not be applied twice: when first driven, the run records the thread's head

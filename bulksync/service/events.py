@@ -187,4 +187,7 @@ def ended_run(chunk: Any, run_id: str) -> Run | None:
     row = chunk.get("run") if isinstance(chunk, Mapping) else None
     if not isinstance(row, Mapping) or row.get("run_id") != run_id:
         return None
-    return Run(**row)
+    try:
+        return Run(**row)
+    except TypeError:  # written by a version whose rows have other columns: read the row
+        return None

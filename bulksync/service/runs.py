@@ -104,9 +104,9 @@ T = TypeVar("T")
 # Under the thread's lock (taken by the statement before, in the same transaction): the
 # thread's graph and its active writer run (looked for only when the strategy refuses a
 # busy thread), and the new run, inserted only when neither refuses it. A writer run
-# binds its thread to its graph if nothing did yet (``bulksync_threads``, also
-# ``threads.py``'s). "" is a read across threads (a history without a thread): bound to
-# no graph.
+# binds its thread to its graph if nothing did yet (the ``bulksync_threads`` table, which
+# ``threads.py`` reads). "" is a read across threads (a history without a thread): bound
+# to no graph.
 _CREATE_SQL = f"""WITH bound AS (
         SELECT graph_id FROM bulksync_threads WHERE thread_id = %(thread)s
         AND %(thread)s <> ''),

@@ -370,6 +370,8 @@ def test_an_end_event_carries_its_runs_final_row_unless_it_is_large(store: RunSt
     assert done is not None
     assert events.end_event(done.run) == {"status": runs.SUCCESS, "error": None}  # read it
     assert events.ended_run({"status": runs.SUCCESS, "error": None}, large) is None
+    other_version = {"status": runs.SUCCESS, "run": {"run_id": large, "new_column": 1}}
+    assert events.ended_run(other_version, large) is None
 
 
 class _Pair(NamedTuple):
