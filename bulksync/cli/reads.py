@@ -5,7 +5,7 @@ coordinator serving the graph answers: building a snapshot (its next tasks, thei
 takes the graph, which the CLI may not be able to import (a module on the workers' path, an
 extra not installed here), and a coordinator has it loaded already. Such runs are not the
 thread's business: ``bulksync runs`` hides them unless asked (``--reads``), a writer run never
-waits for one (``runs._CLAIM_SQL`` only orders writers), and one that gets no answer in time
+waits for one (``runs_sql.CLAIM_SQL`` only orders writers), and one that gets no answer in time
 is cancelled so that it does not linger in the queue.
 
 **In SQLite** (no ``--graph``, or ``--sqlite PATH``), the thread is read in this process from

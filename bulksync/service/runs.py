@@ -70,6 +70,7 @@ from bulksync.errors import (
     ThreadGraphError,
 )
 from bulksync.retry import retry
+from bulksync.service import runs_sql as sql
 from bulksync.workers import wire
 
 PENDING: Final = "pending"
@@ -87,120 +88,7 @@ KINDS: Final = ("invoke", "stream", "get_state", "get_state_history", "update_st
 READ_KINDS: Final = ("get_state", "get_state_history")
 STRATEGIES: Final = ("reject", "enqueue")
 
-_COLUMNS = (
-    "run_id, thread_id, graph_id, kind, status, payload, output, error, multitask_strategy, "
-    "owner, heartbeat_at, cancel_requested, attempts, start_checkpoint, start_writes, "
-    "created_at, updated_at"
-)
-_READS = "('get_state', 'get_state_history')"
-# Per thread, so two submissions to one thread cannot both see it idle ("reject").
-_THREAD_LOCK = (
-    "pg_advisory_xact_lock(hashtextextended("
-    "'bulksync_runs:' || coalesce(current_schema(), '') || ':' || {thread}, 0))"
-)
-_THREAD_LOCK_SQL = "SELECT " + _THREAD_LOCK.format(thread="%s")
 T = TypeVar("T")
-
-# Under the thread's lock (taken by the statement before, in the same transaction): the
-# thread's graph and its active writer run (looked for only when the strategy refuses a
-# busy thread), and the new run, inserted only when neither refuses it. A writer run
-# binds its thread to its graph if nothing did yet (the ``bulksync_threads`` table, which
-# ``threads.py`` reads). "" is a read across threads (a history without a thread): bound
-# to no graph.
-_CREATE_SQL = f"""WITH bound AS (
-        SELECT graph_id FROM bulksync_threads WHERE thread_id = %(thread)s
-        AND %(thread)s <> ''),
-    active AS (
-        SELECT run_id, status FROM bulksync_runs WHERE %(refuse_busy)s
-        AND thread_id = %(thread)s AND status IN ('pending', 'running')
-        AND kind NOT IN {_READS} ORDER BY seq LIMIT 1),
-    inserted AS (
-        INSERT INTO bulksync_runs (run_id, thread_id, graph_id, kind, payload,
-            multitask_strategy)
-        SELECT %(run)s, %(thread)s, %(graph)s, %(kind)s, %(payload)s, %(strategy)s
-        WHERE NOT EXISTS (SELECT 1 FROM bound WHERE graph_id <> %(graph)s)
-        AND NOT EXISTS (SELECT 1 FROM active)
-        RETURNING {_COLUMNS}),
-    touched AS (
-        INSERT INTO bulksync_threads (thread_id, graph_id)
-        SELECT thread_id, graph_id FROM inserted WHERE kind NOT IN {_READS}
-        ON CONFLICT (thread_id) DO UPDATE SET updated_at = clock_timestamp(),
-        graph_id = coalesce(bulksync_threads.graph_id, EXCLUDED.graph_id))
-    SELECT inserted.*, (SELECT graph_id FROM bound) AS bound_graph,
-        active.run_id AS active_run, active.status AS active_status
-    FROM (SELECT 1) AS one LEFT JOIN inserted ON true LEFT JOIN active ON true"""
-# Oldest first; a writer only when no writer of its thread runs or waits ahead of it.
-# SKIP LOCKED: coordinators claiming at once take different runs instead of queueing.
-_CLAIM_SQL = f"""WITH picked AS (
-    SELECT r.run_id FROM bulksync_runs r
-    WHERE r.status = 'pending' AND r.graph_id = ANY(%(graphs)s) AND (r.kind IN {_READS} OR (
-        NOT EXISTS (SELECT 1 FROM bulksync_runs a WHERE a.thread_id = r.thread_id
-                    AND a.status = 'running' AND a.kind NOT IN {_READS})
-        AND NOT EXISTS (SELECT 1 FROM bulksync_runs o WHERE o.thread_id = r.thread_id
-                    AND o.status = 'pending' AND o.kind NOT IN {_READS} AND o.seq < r.seq)))
-    ORDER BY r.seq LIMIT %(limit)s
-    FOR UPDATE OF r SKIP LOCKED)
-UPDATE bulksync_runs r SET status = 'running', owner = %(owner)s, heartbeat_at = now(),
-    updated_at = now(), attempts = r.attempts + 1
-    FROM picked WHERE r.run_id = picked.run_id
-    RETURNING {", ".join(f"r.{c.strip()}" for c in _COLUMNS.split(","))}"""
-_HEARTBEAT_SQL = """UPDATE bulksync_runs SET heartbeat_at = now()
-    WHERE owner = %s AND status = 'running' AND run_id = ANY(%s) RETURNING run_id"""
-_STALE_SQL = f"""UPDATE bulksync_runs SET
-    status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
-    error = CASE WHEN cancel_requested THEN 'cancelled while its coordinator was lost'
-                 ELSE error END,
-    owner = NULL, heartbeat_at = NULL, updated_at = now()
-    WHERE status = 'running' AND heartbeat_at < now() - make_interval(secs => %s)
-    RETURNING {_COLUMNS}"""
-# The runs a claim takes, selected again by the statements after it in its transaction:
-# now() is the transaction's start, the same in each of them, and no other transaction
-# can have set it as this owner's running runs' updated_at.
-_CLAIMED = f"""r.owner = %(owner)s AND r.status = 'running' AND r.updated_at = now()
-    AND r.kind NOT IN {_READS}"""
-_LEASE_CLAIMED_SQL = pgm.acquire_sql(
-    f"""SELECT DISTINCT r.thread_id, %(owner)s, 1, now() + make_interval(secs => %(ttl)s)
-    FROM bulksync_runs r WHERE {_CLAIMED} ORDER BY 1"""
-)
-
-
-def _started_sql(runs: str) -> str:
-    """Of the runs ``runs`` selects (as ``r``) whose thread's lease the caller holds: the
-    lease's token and the thread's head — its latest root checkpoint and how many input
-    writes it has (the saver's tables, read without their values) —, recorded on a run the
-    first time only."""
-    return f"""WITH leased AS (
-        SELECT r.run_id, r.thread_id, l.token FROM bulksync_runs r
-        JOIN bulksync_thread_leases l ON l.thread_id = r.thread_id
-            AND l.owner = %(owner)s AND l.expires_at > now()
-        WHERE {runs}),
-    head AS (
-        SELECT s.run_id, s.token, h.checkpoint_id, coalesce(h.writes, 0) AS writes
-        FROM leased s LEFT JOIN LATERAL (
-            SELECT c.checkpoint_id, (SELECT count(*) FROM bulksync_checkpoint_writes w
-                WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = ''
-                AND w.checkpoint_id = c.checkpoint_id AND w.task_id = %(input)s)::int AS writes
-            FROM bulksync_checkpoints c WHERE c.thread_id = s.thread_id AND c.checkpoint_ns = ''
-            ORDER BY c.checkpoint_id DESC LIMIT 1) h ON true),
-    marked AS (
-        UPDATE bulksync_runs r SET start_checkpoint = head.checkpoint_id,
-            start_writes = head.writes
-        FROM head WHERE r.run_id = head.run_id AND r.owner = %(owner)s
-        AND r.status = 'running' AND r.start_writes IS NULL)
-    SELECT run_id, token, checkpoint_id, writes FROM head"""
-
-
-_STARTED_SQL = _started_sql("r.run_id = %(run)s")
-_STARTED_CLAIMED_SQL = _started_sql(_CLAIMED)
-# The run's thread's lock first (as a submission takes it): a writer run queued behind this
-# one either is seen by the statement after, or is inserted once this end is committed.
-_FINISH_LOCK_SQL = f"""SELECT {_THREAD_LOCK.format(thread="thread_id")}
-    FROM bulksync_runs WHERE run_id = %s AND kind NOT IN {_READS}"""
-_FINISH_SQL = f"""UPDATE bulksync_runs r SET status = %s, output = %s, error = %s,
-    updated_at = now() WHERE run_id = %s AND owner = %s AND status = 'running'
-    RETURNING {_COLUMNS}, r.kind NOT IN {_READS} AND EXISTS (SELECT 1 FROM bulksync_runs q
-        WHERE q.thread_id = r.thread_id AND q.status = 'pending'
-        AND q.kind NOT IN {_READS}) AS queued"""
 
 
 Started = tuple[int, str | None, int]
@@ -373,8 +261,8 @@ class RunStore:
         # One round trip: the lock and the insert, one implicit transaction.
         with self.pool.connection() as conn:
             with conn.pipeline():
-                conn.execute(_THREAD_LOCK_SQL, (args["thread"],))
-                created = conn.cursor(row_factory=dict_row).execute(_CREATE_SQL, args)
+                conn.execute(sql.THREAD_LOCK_SQL, (args["thread"],))
+                created = conn.cursor(row_factory=dict_row).execute(sql.CREATE_SQL, args)
             row = created.fetchone()
         assert row is not None  # the statement always has its one row
         if row["run_id"] is not None:
@@ -412,10 +300,10 @@ class RunStore:
         }
         with self.pool.connection() as conn:
             with conn.pipeline():  # one transaction, whose now() marks the runs claimed
-                claimed = conn.cursor(row_factory=dict_row).execute(_CLAIM_SQL, args)
+                claimed = conn.cursor(row_factory=dict_row).execute(sql.CLAIM_SQL, args)
                 if lease_ttl is not None:
-                    conn.execute(_LEASE_CLAIMED_SQL, args)
-                    heads = conn.execute(_STARTED_CLAIMED_SQL, args)
+                    conn.execute(sql.LEASE_CLAIMED_SQL, args)
+                    heads = conn.execute(sql.STARTED_CLAIMED_SQL, args)
             rows = claimed.fetchall()
             started = {} if lease_ttl is None else dict(_started(r) for r in heads.fetchall())
         found = sorted((_run(r) for r in rows), key=lambda r: r.created_at)
@@ -428,7 +316,7 @@ class RunStore:
 
         def beat(_: int) -> set[str]:
             with self.pool.connection() as conn:
-                rows = conn.execute(_HEARTBEAT_SQL, (owner, list(run_ids))).fetchall()
+                rows = conn.execute(sql.HEARTBEAT_SQL, (owner, list(run_ids))).fetchall()
             return {r[0] for r in rows}
 
         return self._retry(beat, "heartbeat")
@@ -441,7 +329,7 @@ class RunStore:
         """
         with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            return [_run(r) for r in cur.execute(_STALE_SQL, (float(stale_after),)).fetchall()]
+            return [_run(r) for r in cur.execute(sql.STALE_SQL, (float(stale_after),)).fetchall()]
 
     def start(self, run_id: str, owner: str, thread_id: str, lease_ttl: float) -> Started | None:
         """Take the lease of the run's thread for ``owner`` (as ``acquire_lease`` of the
@@ -464,7 +352,7 @@ class RunStore:
             with self.pool.connection() as conn:
                 with conn.pipeline():  # one transaction: the head is recorded under the lease
                     conn.execute(pgm.ACQUIRE_SQL, args)
-                    head = conn.execute(_STARTED_SQL, args)
+                    head = conn.execute(sql.STARTED_SQL, args)
                 row = head.fetchone()
             return None if row is None else _started(row)[1]
 
@@ -492,9 +380,9 @@ class RunStore:
         def finish(attempt: int) -> Finished | None:
             with self.pool.connection() as conn:
                 with conn.pipeline():  # one round trip: its results are read after the sync
-                    conn.execute(_FINISH_LOCK_SQL, (run_id,))
+                    conn.execute(sql.FINISH_LOCK_SQL, (run_id,))
                     cur = conn.cursor(row_factory=dict_row)
-                    cur.execute(_FINISH_SQL, (status, output, error, run_id, owner))
+                    cur.execute(sql.FINISH_SQL, (status, output, error, run_id, owner))
                     if lease is not None:
                         conn.execute(pgm.RELEASE_SQL, (lease[0], owner, lease[1]))
                 row = cur.fetchone()
@@ -522,22 +410,22 @@ class RunStore:
         with self.pool.connection() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             row = cur.execute(
-                f"SELECT {_COLUMNS} FROM bulksync_runs WHERE run_id = %s FOR UPDATE", (run_id,)
+                f"SELECT {sql.COLUMNS} FROM bulksync_runs WHERE run_id = %s FOR UPDATE", (run_id,)
             ).fetchone()
             if row is None:
                 raise _unknown(run_id)
             before = str(row["status"])
             if before == PENDING:
-                sql = """UPDATE bulksync_runs SET status = 'cancelled', cancel_requested = true,
+                query = """UPDATE bulksync_runs SET status = 'cancelled', cancel_requested = true,
                     error = 'cancelled before it started', updated_at = now() WHERE run_id = %s"""
             elif before == RUNNING:
-                sql = """UPDATE bulksync_runs SET cancel_requested = true, updated_at = now()
+                query = """UPDATE bulksync_runs SET cancel_requested = true, updated_at = now()
                     WHERE run_id = %s"""
             else:
                 return before, _run(row)
-            cur.execute(sql, (run_id,))
+            cur.execute(query, (run_id,))
             after = cur.execute(
-                f"SELECT {_COLUMNS} FROM bulksync_runs WHERE run_id = %s", (run_id,)
+                f"SELECT {sql.COLUMNS} FROM bulksync_runs WHERE run_id = %s", (run_id,)
             ).fetchone()
         assert after is not None
         return before, _run(after)
@@ -550,7 +438,7 @@ class RunStore:
         with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             row = cur.execute(
-                f"SELECT {_COLUMNS} FROM bulksync_runs WHERE run_id = %s", (run_id,)
+                f"SELECT {sql.COLUMNS} FROM bulksync_runs WHERE run_id = %s", (run_id,)
             ).fetchone()
         return None if row is None else _run(row)
 
@@ -588,15 +476,15 @@ class RunStore:
         if status is not None:
             where.append("status = %s")
             params.append(status)
-        sql = f"SELECT {_COLUMNS} FROM bulksync_runs"
+        query = f"SELECT {sql.COLUMNS} FROM bulksync_runs"
         if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY seq DESC LIMIT {max(0, int(limit))} OFFSET {max(0, int(offset))}"
+            query += " WHERE " + " AND ".join(where)
+        query += f" ORDER BY seq DESC LIMIT {max(0, int(limit))} OFFSET {max(0, int(offset))}"
 
         def read(_: int) -> list[Run]:
             with self.pool.connection() as conn:
                 cur = conn.cursor(row_factory=dict_row)
-                return [_run(r) for r in cur.execute(sql, params).fetchall()]
+                return [_run(r) for r in cur.execute(query, params).fetchall()]
 
         return self._retry(read, "listing runs")
 
@@ -638,7 +526,7 @@ def _run(row: Mapping[str, Any]) -> Run:
 
 
 def _started(row: Sequence[Any]) -> tuple[str, Started]:
-    """A run id and its start, from a row of ``_started_sql``."""
+    """A run id and its start, from a row of ``sql.started_sql``."""
     return str(row[0]), (int(row[1]), row[2], int(row[3]))
 
 
