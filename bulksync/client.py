@@ -185,10 +185,11 @@ class Client:
                 return self.finished_run(run_id, event)
         return self.get(run_id)
 
-    def finished_run(self, run_id: str, end: RunEvent) -> Run:
+    def finished_run(self, run_id: str, end: RunEvent | None) -> Run:
         """The final row of a run whose ``end`` event is ``end``: the row it carries, else
         the row read from Postgres (the event of a large payload or output carries none)."""
-        return events.ended_run(end.chunk, run_id) or self.get(run_id)
+        run = None if end is None else events.ended_run(end.chunk, run_id)
+        return run or self.get(run_id)
 
     def stream(
         self, run_id: str, last_event_id: str = "0", *, timeout: float | None = None
@@ -460,7 +461,7 @@ class RemoteGraph(AsyncGraphMethods):
                 yield frame(
                     event.namespace, event.mode, event.chunk, subgraphs=subgraphs, bare=bare
                 )
-        _result(self.client.get(run_id) if end is None else self.client.finished_run(run_id, end))
+        _result(self.client.finished_run(run_id, end))
 
     def _tell(self, run_id: str, callbacks: _CallerCallbacks, event: RunEvent) -> None:
         """Hand the caller's handlers what the run reported to them; a lifecycle handler

@@ -49,6 +49,11 @@ def is_transient_redis(exc: BaseException) -> bool:
     return isinstance(exc, redis.ConnectionError | redis.TimeoutError)
 
 
+def is_unknown_command(exc: redis.ResponseError) -> bool:
+    """Whether Redis refused a command it does not have (``BLMPOP`` before Redis 7)."""
+    return "unknown command" in str(exc).lower()
+
+
 def retry(
     call: Callable[[], T],
     *,

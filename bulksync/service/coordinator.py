@@ -45,7 +45,7 @@ from bulksync.checkpoint.postgres import PostgresSaver
 from bulksync.coordinator import clock
 from bulksync.coordinator.executor import Executor
 from bulksync.coordinator.reactor import Reactor
-from bulksync.retry import redis_client
+from bulksync.retry import is_unknown_command, redis_client
 from bulksync.service import events, runs
 from bulksync.service.driver import DriverContext, RunDriver
 from bulksync.service.runs import RunStore
@@ -242,7 +242,7 @@ class Coordinator:
                 self.redis.blmpop(self.poll_interval, 1, keys.WAKE, direction="LEFT", count=free)
                 return
             except redis.ResponseError as exc:
-                if "unknown command" not in str(exc).lower():
+                if not is_unknown_command(exc):
                     raise
                 log.info("coordinator %s: this Redis has no BLMPOP (before 7.0): BLPOP", self.owner)
                 self._multi_pop = False

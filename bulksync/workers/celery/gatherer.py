@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import redis
 
 from bulksync import keys
-from bulksync.retry import is_transient_redis
+from bulksync.retry import is_transient_redis, is_unknown_command
 from bulksync.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,7 @@ class Gatherer:
                     wait, len(lists), *lists, direction="LEFT", count=count
                 )
             except redis.ResponseError as exc:
-                if "unknown command" not in str(exc).lower():
+                if not is_unknown_command(exc):
                     raise
                 log.info("gatherer: this Redis has no BLMPOP (before 7.0): BLPOP, then LPOP")
                 self._multi_pop = False
