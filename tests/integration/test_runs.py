@@ -8,6 +8,7 @@ from typing import Any, NamedTuple, TypedDict
 
 import pytest
 
+from bulksync.checkpoint.base import CheckpointTuple
 from bulksync.checkpoint.postgres import PostgresSaver
 from bulksync.constants import NULL_TASK_ID, START
 from bulksync.errors import TaskCancelledError, ThreadBusyError, ThreadGraphError
@@ -42,6 +43,18 @@ def submit(store: RunStore, thread: str, kind: str = "invoke", **kw: Any) -> str
 def claim(store: RunStore, owner: str, limit: int, graphs: list[str] = GRAPHS) -> list[Run]:
     """The runs ``owner`` claims (without their threads' leases)."""
     return [c.run for c in store.claim(owner, limit, graphs)]
+
+
+def run_on(saver: PostgresSaver, thread: str) -> CheckpointTuple:
+    """Run a one-node graph on ``thread``; its head checkpoint after."""
+    builder = StateGraph(State)
+    builder.add_node("double", lambda s: {"n": s["n"] * 2})
+    builder.add_edge(START, "double")
+    config = {"configurable": {"thread_id": thread}}
+    builder.compile(checkpointer=saver).invoke({"n": 1}, config)
+    head = saver.get_tuple(config)
+    assert head is not None
+    return head
 
 
 def age_heartbeat(store: RunStore, run_id: str) -> None:
@@ -217,14 +230,7 @@ def test_start_takes_the_lease_keeps_the_first_head_and_tells_the_head_now(
     assert started == (1, None, 0)  # the first token; no checkpoint yet
     with PostgresSaver.from_conn_string(pg_schema) as saver:
         saver.setup()
-        builder = StateGraph(State)
-        builder.add_node("double", lambda s: {"n": s["n"] * 2})
-        builder.add_edge(START, "double")
-        graph = builder.compile(checkpointer=saver)
-        config = {"configurable": {"thread_id": "a"}}
-        graph.invoke({"n": 1}, config)
-        head = saver.get_tuple(config)
-        assert head is not None
+        head = run_on(saver, "a")
         # A Command's input writes on the head (as a run that applied its input leaves).
         saver.put_writes(head.config, [("n", 5), ("n", 6)], NULL_TASK_ID)
         saver.put_writes(head.config, [("n", 7)], "some-task")
@@ -241,13 +247,7 @@ def test_start_takes_the_lease_keeps_the_first_head_and_tells_the_head_now(
 def test_a_claim_with_a_lease_ttl_starts_its_writer_runs(store: RunStore, pg_schema: str) -> None:
     with PostgresSaver.from_conn_string(pg_schema) as saver:
         saver.setup()
-        builder = StateGraph(State)
-        builder.add_node("double", lambda s: {"n": s["n"] * 2})
-        builder.add_edge(START, "double")
-        graph = builder.compile(checkpointer=saver)
-        graph.invoke({"n": 1}, {"configurable": {"thread_id": "a"}})
-        head = saver.get_tuple({"configurable": {"thread_id": "a"}})
-        assert head is not None
+        head = run_on(saver, "a")
         saver.put_writes(head.config, [("n", 5)], NULL_TASK_ID)
         assert saver.acquire_lease("b", "other", 30) == 1  # a coordinator that still holds it
         on_a, on_b, read = submit(store, "a"), submit(store, "b"), submit(store, "c", "get_state")
