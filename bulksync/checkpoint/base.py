@@ -217,8 +217,9 @@ class LeasingSaver(CheckpointSaver, Protocol):
     def release_lease(self, thread_id: str, owner: str, token: int) -> None:
         """End the lease now if ``owner`` still holds it with ``token``."""
 
-    def fenced(self, thread_id: str, token: int) -> CheckpointSaver:
-        """This saver, whose commits to ``thread_id`` fail once the lease has another token."""
+    def fenced(self, thread_id: str, token: int, *, empty: bool = False) -> CheckpointSaver:
+        """This saver, whose commits to ``thread_id`` fail once the lease has another token
+        (``empty``: the thread had no root checkpoint when the lease was taken)."""
 
 
 def put_writes_batch(

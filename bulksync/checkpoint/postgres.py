@@ -151,6 +151,7 @@ class PostgresSaver(AsyncSaverMethods):
         self.retry_window = retry_window
         self._setup_state = _SetupState()
         self._fence: tuple[str, int] | None = None
+        self._no_head: str | None = None  # a fenced view's thread known to have no checkpoint
 
     @classmethod
     @contextmanager
@@ -190,18 +191,25 @@ class PostgresSaver(AsyncSaverMethods):
 
         self._retry(apply, "applying migrations")
 
-    def fenced(self, thread_id: str, token: int) -> PostgresSaver:
+    def fenced(self, thread_id: str, token: int, *, empty: bool = False) -> PostgresSaver:
         """A view on the same pool whose ``put`` for ``thread_id`` needs the lease's ``token``.
 
         Its ``put`` raises ``LeaseLostError`` and writes nothing once the lease carries
         another token; other threads and the other methods behave as on this saver.
+        ``empty``: the lease was taken on a thread without a root checkpoint (as read with
+        it), so the view answers that the thread has no head without asking Postgres — until
+        its first ``put`` to the thread. The lease keeps other coordinators from committing
+        to the thread meanwhile.
         """
         view = copy.copy(self)
         view._fence = (thread_id, token)
+        view._no_head = thread_id if empty else None
         return view
 
     def get_tuple(self, config: Mapping[str, Any]) -> CheckpointTuple | None:
         """The checkpoint named by ``configurable.checkpoint_id``, else the thread's latest."""
+        if self._no_head is not None and config_thread(config) == (self._no_head, "", None):
+            return None
         where, params = list_where(config, None, "%s")
         sql = f"SELECT {pgm.ROW_COLUMNS} FROM bulksync_checkpoints WHERE {where}"
         found = self._read_page(sql + " ORDER BY checkpoint_id DESC LIMIT 1", params)
@@ -276,6 +284,8 @@ class PostgresSaver(AsyncSaverMethods):
                 (nothing is stored).
         """
         thread_id = config_thread(steps[0][0])[0]
+        if thread_id == self._no_head:
+            self._no_head = None  # the thread has a head from now on
         queued = []
         configs: builtins.list[dict[str, Any]] = []
         for config, batch, checkpoint, metadata, new_versions in steps:

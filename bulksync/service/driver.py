@@ -145,7 +145,7 @@ class RunDriver:
         if started is None:
             return not self.ctx.abandoned.is_set()  # tried again later, or given up
         token, head, writes = started
-        saver = self.ctx.saver.fenced(run.thread_id, token)
+        saver = self.ctx.saver.fenced(run.thread_id, token, empty=head is None)
         moved = grew = False
         if run.start_writes is not None:  # driven before: what did it leave on the thread?
             moved = head != run.start_checkpoint

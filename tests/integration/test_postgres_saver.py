@@ -438,6 +438,30 @@ def test_stale_coordinator_cannot_commit(saver: PostgresSaver) -> None:
     assert latest.pending_writes == (("task", "a", "from stale"),)
 
 
+def test_a_view_fenced_on_an_empty_thread_reads_its_head_only_after_a_put(
+    saver: PostgresSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = saver.acquire_lease("t1", "a", 30)
+    assert token == 1
+    view = saver.fenced("t1", token, empty=True)
+    reads: list[str] = []
+    read_page = view._read_page
+    monkeypatch.setattr(
+        view, "_read_page", lambda sql, params: reads.append(sql) or read_page(sql, params)
+    )
+    assert view.get_tuple(thread()) is None
+    assert reads == []  # the thread's head: known to be missing, not asked for
+    view.get_tuple({"configurable": {"thread_id": "t1", "checkpoint_ns": "child"}})
+    view.get_tuple({"configurable": {"thread_id": "t2"}})
+    assert len(reads) == 2  # another namespace or thread: read
+    config = view.put(thread(), checkpoint(0, {"a": 0}, {"a": 1}), {}, {"a": 1})
+    latest = view.get_tuple(thread())
+    assert latest is not None and latest.config == config
+    assert len(reads) == 3
+    # Without ``empty``, the head is read as always.
+    assert saver.fenced("t1", token).get_tuple(thread()) == latest
+
+
 def test_fenced_put_without_a_lease_is_refused(saver: PostgresSaver) -> None:
     with pytest.raises(LeaseLostError, match="no lease row"):
         saver.fenced("t1", 1).put(thread(), checkpoint(0, {"a": 0}, {"a": 1}), {}, {"a": 1})
