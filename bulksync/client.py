@@ -18,6 +18,7 @@ import contextlib
 import functools
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -49,6 +50,9 @@ from bulksync.workers.tracing import announce_record, lifecycle_handlers
 
 __all__ = ["Client", "RemoteGraph", "Run", "RunEvent"]
 
+CREATED_KEPT = 10_000
+"""How many of the runs it created a ``Client`` remembers (to skip their first row read)."""
+
 
 class Client:
     """Submits runs to the coordinator service and follows them (connects on first use)."""
@@ -58,6 +62,9 @@ class Client:
         self._stack = ExitStack()
         self._store: RunStore | None = None
         self._redis: redis.Redis | None = None
+        # Runs queued here, by when: while their events are surely kept, a wait or a
+        # stream need not read the row first to know the run exists.
+        self._created: OrderedDict[str, float] = OrderedDict()
 
     def __enter__(self) -> Client:
         return self
@@ -140,7 +147,7 @@ class Client:
         """
         store, client = self.store, self.redis
         with self._connection_errors():
-            return submit.create_run(
+            run_id = submit.create_run(
                 store,
                 client,
                 graph_id,
@@ -150,6 +157,16 @@ class Client:
                 multitask_strategy=multitask_strategy,
                 require_coordinator=require_coordinator,
             )
+        self._created[run_id] = time.monotonic()
+        if len(self._created) > CREATED_KEPT:
+            self._created.popitem(last=False)
+        return run_id
+
+    def _created_here(self, run_id: str) -> bool:
+        """Whether this client queued the run so recently that its events, if any were
+        written, are all still in Redis (half their time to live)."""
+        created = self._created.get(run_id)
+        return created is not None and time.monotonic() - created < self.settings.run_ttl / 2
 
     def get(self, run_id: str) -> Run:
         """The run's current row.
@@ -168,9 +185,6 @@ class Client:
             TimeoutError: the run did not finish within ``timeout`` seconds.
             LookupError: no run has this id.
         """
-        run = self.get(run_id)
-        if run.finished:
-            return run
         client, key = self.redis, keys.events(run_id)
         last: Any = self._read(lambda: client.xrevrange(key, count=1))
         after = "0"
@@ -179,6 +193,10 @@ class Client:
             if newest.mode == events.END:
                 return self.finished_run(run_id, newest)
             after = newest.id
+        elif not self._created_here(run_id):  # no events: queued, unknown, or long over
+            run = self.get(run_id)
+            if run.finished:
+                return run
         deadline = None if timeout is None else time.monotonic() + timeout
         for event in self._events(run_id, after, deadline):
             if event is not None and event.mode == events.END:
@@ -202,7 +220,8 @@ class Client:
             TimeoutError: the run did not finish within ``timeout`` seconds.
             LookupError: no run has this id.
         """
-        self.get(run_id)
+        if not self._created_here(run_id):
+            self.get(run_id)  # LookupError for an unknown run
         deadline = None if timeout is None else time.monotonic() + timeout
         for event in self._events(run_id, last_event_id, deadline):
             if event is not None:

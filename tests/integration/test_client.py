@@ -122,6 +122,31 @@ def test_unknown_run_ids_are_named(service: Service) -> None:
         service.client.get("nope")
     with pytest.raises(LookupError, match="no run 'nope'"):
         service.client.cancel("nope")
+    with pytest.raises(LookupError, match="no run 'nope'"):
+        service.client.wait("nope", timeout=WAIT)
+    with pytest.raises(LookupError, match="no run 'nope'"):
+        next(service.client.stream("nope", timeout=WAIT))
+
+
+def test_the_client_that_queued_a_run_follows_it_without_reading_its_row(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graph_id = service.register(chain_graph(service))
+    service.start()
+
+    def unread(run_id: str) -> runs.Run:
+        raise AssertionError(f"run {run_id}: its row was read")
+
+    with Client(service.settings) as submitter:
+        monkeypatch.setattr(submitter, "get", unread)
+        first = submitter.submit(graph_id, {"log": []})
+        assert submitter.wait(first, timeout=WAIT).status == runs.SUCCESS
+        second = submitter.submit(graph_id, {"log": []})
+        modes = [event.mode for event in submitter.stream(second, timeout=WAIT)]
+        assert modes[-1] == events.END
+        assert submitter.wait(second).status == runs.SUCCESS
+    # Any other client finds them too.
+    assert service.client.wait(first).status == runs.SUCCESS
 
 
 @pytest.mark.parametrize(
