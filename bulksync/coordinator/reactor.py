@@ -190,7 +190,13 @@ class _Driven(Generic[T]):
         with self._lock:
             self._finished = True
         self._wait = None
-        self._done(value, error)
+        done, self._done = self._done, _ended
+        done(value, error)
+
+
+def _ended(value: Any, error: BaseException | None) -> None:
+    """What a finished run's ``done`` becomes: the run's objects are not kept alive by a
+    reference from its reactor entry (an inbox still holds ``kick``)."""
 
 
 class Serial:

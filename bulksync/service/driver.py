@@ -370,6 +370,7 @@ class RunDriver:
             except Exception:  # expiry frees it anyway
                 log.warning("run %s: could not release the lease of thread %s", *self.lease)
         self.done.set()
+        self._loop = None  # the loop's sink calls back here: no cycle outlives the run
         if self._ended is not None:
             self._ended(self)
 

@@ -8,6 +8,7 @@ top (``Service``, the ``service`` fixture) are imported by ``test_client.py`` to
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import operator
 import time
@@ -24,6 +25,7 @@ from bulksync.checkpoint.postgres import PostgresSaver
 from bulksync.cli import main
 from bulksync.client import Client
 from bulksync.coordinator.executor import Executor, StepInput, StepLive, TaskResult
+from bulksync.coordinator.loop import SuperstepLoop
 from bulksync.demo import build_demo_graph, demo_input
 from bulksync.errors import (
     ConfigError,
@@ -34,6 +36,7 @@ from bulksync.errors import (
 from bulksync.graph import END, START, StateGraph
 from bulksync.service import events, runs
 from bulksync.service.coordinator import Coordinator, ExecutorFactory
+from bulksync.service.driver import RunDriver
 from bulksync.service.runs import RunStore
 from bulksync.settings import Settings
 from bulksync.types import Command, Send, interrupt
@@ -206,6 +209,28 @@ def test_a_runs_last_chunks_precede_its_end_event(service: Service) -> None:
     end = streamed[-1][1]
     assert (end["status"], end["error"]) == (runs.SUCCESS, None)
     assert events.ended_run(end, run_id) == run == service.client.get(run_id)
+
+
+def test_a_finished_run_leaves_no_garbage_on_its_coordinator(service: Service) -> None:
+    # A busy coordinator must not pile up its finished runs until a full collection walks
+    # them all (a pause of every run it drives): reference counting alone frees each one.
+    def live() -> int:
+        return sum(isinstance(o, (RunDriver, SuperstepLoop)) for o in gc.get_objects())
+
+    graph_id = service.register(chain_graph(service))
+    service.start()
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(3):
+            run_id = service.client.submit(graph_id, {"log": [f"in{i}"]})
+            assert service.client.wait(run_id, timeout=WAIT).status == runs.SUCCESS
+        deadline = time.monotonic() + WAIT
+        while live() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the last driver closes just after its end event
+        assert live() == 0
+    finally:
+        gc.enable()
 
 
 def test_runs_on_one_thread_are_queued_in_order(service: Service) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -172,3 +173,29 @@ def test_work_kept_for_when_a_loop_waits_runs_after_its_step(reactor: Reactor) -
     assert order == ["publish 0", "events 0", "publish 1", "events 1", "end", "last events"]
     reactor.when_waiting(lambda: order.append("off a turn"))  # no loop moving on: at once
     assert order[-1] == "off a turn"
+
+
+def test_a_finished_run_is_freed_though_its_inbox_lives_on(reactor: Reactor) -> None:
+    # A coordinator's step keeps its inbox (its results callback) a while after the run: the
+    # run's objects, reached through its ``done`` callback, must not wait for a collection.
+    class Run:
+        pass
+
+    run = Run()
+    freed = weakref.ref(run)
+    ended = threading.Event()
+
+    def done(value: Any, error: BaseException | None, run: Run = run) -> None:
+        ended.set()
+
+    inboxes: list[Inbox] = []
+    reactor.start(_steps(inboxes, 1), done)
+    del run, done
+    deadline = time.monotonic() + 10
+    while not inboxes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    inboxes[0].put(TaskResult("t", ()))
+    assert ended.wait(10)
+    while freed() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)  # the reactor thread returns from ``done``
+    assert freed() is None
