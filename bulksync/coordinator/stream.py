@@ -29,11 +29,16 @@ PAUSES = "__pauses__"
 """bulksync's own mode: only the ``updates`` chunks that carry interrupts. ``invoke`` reads
 these of the updates, so a run it makes builds no chunk per task for them."""
 
+TASK_STEPS = "__task_steps__"
+"""bulksync's own mode: the ``debug`` events of tasks alone (type, step, payload). The
+coordinator service counts a run's tasks by them, without the checkpoint payload that
+``debug`` builds every step."""
+
 
 def check_modes(modes: Sequence[str]) -> None:
     """Raise ``ConfigError`` (a ``ValueError``) naming a stream mode that does not exist."""
     for mode in modes:
-        if mode not in ALL_MODES and mode != PAUSES:
+        if mode not in ALL_MODES and mode not in (PAUSES, TASK_STEPS):
             raise ConfigError(f"Unknown stream_mode {mode!r}; use one of {ALL_MODES}.")
 
 

@@ -2,7 +2,8 @@
 
 Chunks are built as the loop goes (``stream.py`` gives their shapes) and reach the sink only
 on ``flush``, so a step that fails drops the same chunks LangGraph's does. A ``debug`` stream
-gets a wrapped copy of every ``tasks`` and ``checkpoints`` chunk.
+gets a wrapped copy of every ``tasks`` and ``checkpoints`` chunk, a ``TASK_STEPS`` one of
+every ``tasks`` chunk.
 """
 
 from __future__ import annotations
@@ -49,10 +50,16 @@ class StreamBuffer:
             self._chunks.append((mode, chunk))
         if "debug" in self.modes and mode in ("tasks", "checkpoints"):
             self._chunks.append(("debug", stream.debug_event(mode, step, chunk)))
+        if stream.TASK_STEPS in self.modes and mode == "tasks":
+            self._chunks.append((stream.TASK_STEPS, stream.debug_event(mode, step, chunk)))
 
     def wants(self, mode: str) -> bool:
         """Whether a ``mode`` chunk would be held: a chunk nobody reads is not built."""
-        return mode in self.modes or ("debug" in self.modes and mode in ("tasks", "checkpoints"))
+        if mode in self.modes:
+            return True
+        if mode == "tasks" and stream.TASK_STEPS in self.modes:
+            return True
+        return "debug" in self.modes and mode in ("tasks", "checkpoints")
 
     def values(self, channels: Mapping[str, BaseChannel[Any, Any]]) -> None:
         """The output keys as they are now."""

@@ -45,6 +45,7 @@ from bulksync.coordinator.executor import Executor
 from bulksync.coordinator.loop import SuperstepLoop
 from bulksync.coordinator.reactor import Reactor, Serial
 from bulksync.coordinator.spec import RunnableGraph
+from bulksync.coordinator.stream import TASK_STEPS
 from bulksync.errors import LeaseLostError, TaskCancelledError, TaskTimeoutError, error_text
 from bulksync.retry import is_transient_redis, retry
 from bulksync.service import events, runs
@@ -60,8 +61,9 @@ log = logging.getLogger("bulksync.coordinator")
 _Chunk = tuple[tuple[str, ...], str, Any]
 """A chunk of a run's stream: its namespace, mode and value."""
 
-# Output, interrupts, and progress (task counts from debug; where tasks are from progress).
-_INTERNAL_MODES = ("values", "updates", "debug", events.PROGRESS)
+# Output, interrupts, and progress (task counts from the tasks' debug events; where tasks
+# are, from progress).
+_INTERNAL_MODES = ("values", "updates", TASK_STEPS, events.PROGRESS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -462,7 +464,7 @@ class _Tracker:
         elif mode == "updates" and isinstance(chunk, dict) and INTERRUPT in chunk:
             self.interrupted = True
             self.interrupts.extend(chunk[INTERRUPT])
-        elif mode == "debug" and isinstance(chunk, dict):
+        elif mode == TASK_STEPS and isinstance(chunk, dict):
             payload = chunk.get("payload")
             name = payload.get("name") if isinstance(payload, dict) else None
             if chunk.get("type") == "task":

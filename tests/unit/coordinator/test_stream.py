@@ -1,6 +1,7 @@
 """Stream modes: one list, declared as ``types.StreamMode``, accepted exactly by the parsers;
-and ``PAUSES``, bulksync's own, which lets ``invoke`` read the interrupts of a run without a
-chunk built per task."""
+``PAUSES``, bulksync's own, which lets ``invoke`` read the interrupts of a run without a
+chunk built per task; and ``TASK_STEPS``, the coordinator service's count of a run's tasks
+without a checkpoint payload built per step."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from bulksync.checkpoint.memory import InMemorySaver
 from bulksync.cli import build_parser
 from bulksync.coordinator import stream
-from bulksync.coordinator.stream import ALL_MODES, PAUSES, check_modes, stream_modes
+from bulksync.coordinator.stream import ALL_MODES, PAUSES, TASK_STEPS, check_modes, stream_modes
 from bulksync.errors import ConfigError
 from bulksync.graph import START, StateGraph
 from bulksync.types import StreamMode, interrupt
@@ -71,6 +72,32 @@ def test_pauses_is_bulksyncs_own_mode() -> None:
     check_modes([PAUSES, "values"])  # invoke's
     with pytest.raises(SystemExit):
         build_parser().parse_args(["submit", "g:graph", "--input", "{}", "--stream-mode", PAUSES])
+
+
+def test_task_steps_are_the_debug_events_of_tasks_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert TASK_STEPS not in ALL_MODES
+    built: list[Any] = []
+    real = stream.checkpoint_payload
+    monkeypatch.setattr(
+        stream, "checkpoint_payload", lambda *a, **k: built.append(a) or real(*a, **k)
+    )
+
+    def events(thread: str, mode: str) -> list[tuple[str, int, str]]:
+        config = {"configurable": {"thread_id": thread}}
+        chunks = [c for _, c in two_steps().stream({"n": 0}, config, stream_mode=[mode])]
+        return [(c["type"], c["step"], c["payload"].get("name")) for c in chunks]
+
+    tasks = events("t", TASK_STEPS)
+    assert built == []  # no checkpoint payload for them
+    assert tasks == [
+        ("task", 1, "a"),
+        ("task_result", 1, "a"),
+        ("task", 2, "b"),
+        ("task_result", 2, "b"),
+    ]
+    debug = events("u", "debug")
+    assert [e for e in debug if e[0] != "checkpoint"] == tasks
+    assert built
 
 
 def test_invoke_builds_no_update_of_a_task(monkeypatch: pytest.MonkeyPatch) -> None:
