@@ -208,8 +208,8 @@ class PostgresSaver(AsyncSaverMethods):
 
     def get_tuple(self, config: Mapping[str, Any]) -> CheckpointTuple | None:
         """The checkpoint named by ``configurable.checkpoint_id``, else the thread's latest."""
-        if self._no_head is not None and config_thread(config) == (self._no_head, "", None):
-            return None
+        if self._no_head is not None and _asks_head_of(config, self._no_head):
+            return None  # known to have none
         where, params = list_where(config, None, "%s")
         sql = f"SELECT {pgm.ROW_COLUMNS} FROM bulksync_checkpoints WHERE {where}"
         found = self._read_page(sql + " ORDER BY checkpoint_id DESC LIMIT 1", params)
@@ -525,6 +525,14 @@ def _lease_lost(thread_id: str, token: int, current: str | None) -> LeaseLostErr
 
 # An escaped NUL in JSON text: "\u0000" after an even number of backslashes.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _asks_head_of(config: Mapping[str, Any], thread_id: str) -> bool:
+    """Whether ``config`` names the root head of ``thread_id``: no namespace, no id."""
+    conf = config.get("configurable") or {}
+    if conf.get("thread_id") is None or str(conf["thread_id"]) != thread_id:
+        return False
+    return config_thread(config)[1:] == ("", None)
 
 
 def _queue_writes(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> None:
