@@ -51,14 +51,13 @@ import dataclasses
 import math
 import re
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import tuple_row
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from bulksync.checkpoint import pg_migrations as pgm
 from bulksync.checkpoint.appends import Chains, Stored
@@ -78,6 +77,7 @@ from bulksync.checkpoint.base import (
     writes_sort_key,
 )
 from bulksync.checkpoint.pg_migrations import MIGRATIONS, apply_migrations
+from bulksync.checkpoint.pg_pool import RETRY_WINDOW, is_transient_postgres, open_pool
 from bulksync.checkpoint.serde import (
     MsgpackSerde,
     dumps_checkpoint,
@@ -88,7 +88,6 @@ from bulksync.errors import (
     ConfigError,
     LeaseLostError,
     SerializationError,
-    ServiceUnavailableError,
 )
 from bulksync.retry import retry
 
@@ -97,29 +96,9 @@ T = TypeVar("T")
 __all__ = [
     "MIGRATIONS",
     "PAGE_SIZE",
-    "RETRY_WINDOW",
     "PostgresSaver",
     "apply_migrations",
-    "is_transient_postgres",
 ]
-
-RETRY_WINDOW: Final = 60.0
-"""Seconds a call is retried through an outage unless told otherwise (``retry_window``)."""
-
-# SQLSTATE classes of a server that is gone or not ready: connection exceptions, operator
-# intervention (shutdown, starting up), insufficient resources (too many connections).
-_TRANSIENT_CLASSES: Final = ("08", "57", "53")
-
-
-def is_transient_postgres(exc: BaseException) -> bool:
-    """Whether ``exc`` says Postgres was unreachable for now (worth retrying), not a bad call."""
-    if isinstance(exc, PoolTimeout | psycopg.InterfaceError):
-        return True
-    if isinstance(exc, psycopg.OperationalError):
-        state = exc.sqlstate
-        return state is None or state[:2] in _TRANSIENT_CLASSES
-    return False
-
 
 PAGE_SIZE = 100
 """Checkpoints ``list`` reads per round of queries."""
@@ -565,58 +544,3 @@ def _seconds(ttl: float) -> float:
 def _columns(keys: Sequence[tuple[Any, ...]], width: int) -> builtins.list[builtins.list[Any]]:
     """Rows of keys as ``width`` column arrays, for ``unnest``."""
     return [list(column) for column in zip(*keys, strict=True)] if keys else [[]] * width
-
-
-def open_pool(
-    url: str,
-    *,
-    max_size: int,
-    connect_timeout: float,
-    name: str = "bulksync-postgres",
-    wait: float = 30.0,
-) -> ConnectionPool[Any]:
-    """An open pool of up to ``max_size`` autocommit connections to ``url``; a caller waits
-    up to ``wait`` seconds for one.
-
-    Raises:
-        ServiceUnavailableError: ``url`` is malformed, or Postgres does not accept a
-            connection within ``connect_timeout`` seconds (naming the URL, password hidden).
-    """
-    try:  # One plain connection first: it fails at once and says why (pools retry).
-        psycopg.connect(url, connect_timeout=max(2, math.ceil(connect_timeout))).close()
-    except psycopg.Error as exc:
-        raise _unavailable(url, str(exc)) from exc
-    pool: ConnectionPool[Any] = ConnectionPool(
-        url,
-        min_size=1,
-        max_size=max_size,
-        kwargs={"autocommit": True},
-        open=False,
-        name=name,
-        timeout=wait,
-    )
-    try:
-        pool.open(wait=True, timeout=connect_timeout)
-    except PoolTimeout as exc:
-        pool.close()
-        raise _unavailable(url, f"no connection within {connect_timeout} s") from exc
-    return pool
-
-
-def _unavailable(url: str, reason: str) -> ServiceUnavailableError:
-    reason = " ".join(reason.split())  # libpq's messages span lines; keep one
-    end = "" if reason.endswith((".", "?", "!")) else "."
-    return ServiceUnavailableError(
-        f"Cannot connect to Postgres at {_redact(url)}: {reason}{end} Check the URL "
-        "(BULKSYNC_DATABASE_URL) and that the server is running and accepts connections."
-    )
-
-
-def _redact(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for messages."""
-    if "://" in url:
-        parts = urllib.parse.urlsplit(url)
-        if parts.password is not None:
-            host = parts.netloc.rpartition("@")[2]
-            url = parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
-    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)", r"\1***", url)

@@ -59,7 +59,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from bulksync.checkpoint import pg_migrations as pgm
-from bulksync.checkpoint.postgres import RETRY_WINDOW, is_transient_postgres
+from bulksync.checkpoint.pg_pool import RETRY_WINDOW, is_transient_postgres
 from bulksync.constants import NULL_TASK_ID
 from bulksync.errors import (
     BulkSyncError,

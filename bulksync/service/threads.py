@@ -29,7 +29,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from bulksync.checkpoint.postgres import RETRY_WINDOW, is_transient_postgres
+from bulksync.checkpoint.pg_pool import RETRY_WINDOW, is_transient_postgres
 from bulksync.errors import ConfigError, ThreadExistsError
 from bulksync.retry import retry
 

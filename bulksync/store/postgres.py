@@ -21,7 +21,7 @@ from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
 from bulksync.checkpoint import pg_migrations as pgm
-from bulksync.checkpoint.postgres import RETRY_WINDOW, is_transient_postgres, open_pool
+from bulksync.checkpoint.pg_pool import RETRY_WINDOW, is_transient_postgres, open_pool
 from bulksync.retry import retry
 from bulksync.store.base import (
     BaseStore,
