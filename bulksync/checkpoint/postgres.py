@@ -508,10 +508,8 @@ _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 def _asks_head_of(config: Mapping[str, Any], thread_id: str) -> bool:
     """Whether ``config`` names the root head of ``thread_id``: no namespace, no id."""
-    conf = config.get("configurable") or {}
-    if conf.get("thread_id") is None or str(conf["thread_id"]) != thread_id:
-        return False
-    return config_thread(config)[1:] == ("", None)
+    named = (config.get("configurable") or {}).get("thread_id") is not None
+    return named and config_thread(config) == (thread_id, "", None)
 
 
 def _queue_writes(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> None:

@@ -48,18 +48,19 @@ class StreamBuffer:
         """Hold ``chunk`` if the loop streams ``mode`` (``step`` dates its debug copy)."""
         if mode in self.modes:
             self._chunks.append((mode, chunk))
-        if "debug" in self.modes and mode in ("tasks", "checkpoints"):
-            self._chunks.append(("debug", stream.debug_event(mode, step, chunk)))
-        if stream.TASK_STEPS in self.modes and mode == "tasks":
-            self._chunks.append((stream.TASK_STEPS, stream.debug_event(mode, step, chunk)))
+        for wrapper in self._wrappers(mode):
+            self._chunks.append((wrapper, stream.debug_event(mode, step, chunk)))
 
     def wants(self, mode: str) -> bool:
         """Whether a ``mode`` chunk would be held: a chunk nobody reads is not built."""
-        if mode in self.modes:
-            return True
-        if mode == "tasks" and stream.TASK_STEPS in self.modes:
-            return True
-        return "debug" in self.modes and mode in ("tasks", "checkpoints")
+        return mode in self.modes or bool(self._wrappers(mode))
+
+    def _wrappers(self, mode: str) -> list[str]:
+        """The streamed modes that hold a ``mode`` chunk wrapped as a debug event."""
+        wrappers = ["debug"] if mode in ("tasks", "checkpoints") else []
+        if mode == "tasks":
+            wrappers.append(stream.TASK_STEPS)
+        return [w for w in wrappers if w in self.modes]
 
     def values(self, channels: Mapping[str, BaseChannel[Any, Any]]) -> None:
         """The output keys as they are now."""
