@@ -307,6 +307,13 @@ class Settings:
         "on its event loop)",
         unit="tasks",
     )
+    max_merged: int = setting(
+        8,
+        group="coordinator",
+        doc="most runs whose one-task messages of a node share a message when their steps are "
+        "published at the same moment (1: never shared)",
+        unit="runs",
+    )
     drain_size: int = setting(
         1000,
         group="coordinator",

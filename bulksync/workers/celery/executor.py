@@ -41,6 +41,7 @@ from bulksync.retry import redis_client
 from bulksync.settings import Settings
 from bulksync.workers.celery.app import make_app
 from bulksync.workers.celery.gatherer import Gatherer
+from bulksync.workers.celery.outbox import Outbox
 from bulksync.workers.celery.publish import DirectPublisher
 from bulksync.workers.celery.step import CeleryStep
 from bulksync.workers.execute import run_task
@@ -71,7 +72,8 @@ class CeleryExecutor:
         # busy waits. The gatherer holds one connection, whatever the number of steps.
         self.redis = redis_client(settings.redis_url, settings.redis_connections)
         self.gatherer = Gatherer(self.redis, settings)
-        self.direct = DirectPublisher.for_app(self.app, settings)
+        direct = DirectPublisher.for_app(self.app, settings)
+        self.outbox = Outbox(self.redis, direct, settings.max_merged) if direct else None
         self._paths = {id(spec): path for path, spec in walk_specs(graph)}
 
     def submit(

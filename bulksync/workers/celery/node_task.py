@@ -1,7 +1,9 @@
 """The Celery side of a node task: read the step by reference, run, record the first result.
 
 One Celery message carries one or more tasks of one node (small Send tasks are batched),
-as ``[graph id, subgraph path, step key, run id, timeout, [task descriptor, …]]``. For each task the
+as ``[graph id, subgraph path, step key, run id, timeout, [task descriptor, …]]``; or, joined
+by the coordinator's outbox, one task of each of several steps, as ``[graph id, subgraph path,
+[[step key, run id, timeout, [task descriptor]], …]]`` (``run_joined``). For each task the
 worker reads the step's shared input (once per step per process: it is cached) and the
 task's input from the step hash, runs it with ``remote.RemoteStep`` (bytes in, bytes out:
 the part any transport shares), and records the result with one atomic script
@@ -162,6 +164,37 @@ class WorkerRuntime:
             raise _failure(run_id, _thread_of(step), len(descs), failed) from failed[0][1]
         return ran
 
+    def run_joined(self, graph_id: str, path: Sequence[str], groups: list[Any]) -> int:
+        """Run a message that joins the one-task messages of several steps (``outbox.py``);
+        return how many tasks ran here.
+
+        Each group runs as its own message would, on the process's task threads: one by one
+        while each ends within ``parallel_after``; once one takes longer (a model or tool
+        call, or a computation), the rest start at once, so no run's task waits on another
+        run's slow one. Every group runs whatever became of another; then the first failure
+        fails the message (each was logged with its run's ids).
+        """
+        pool, ran, failures = self.task_pool(), 0, []
+        running: list[concurrent.futures.Future[int]] = []
+        for i, group in enumerate(groups):
+            future = pool.submit(self.run_message, graph_id, path, *group)
+            try:
+                future.exception(timeout=self.settings.parallel_after)
+            except concurrent.futures.TimeoutError:
+                running = [future] + [
+                    pool.submit(self.run_message, graph_id, path, *g) for g in groups[i + 1 :]
+                ]
+                break
+            running.append(future)
+        for future in running:
+            try:
+                ran += future.result()
+            except Exception as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+        return ran
+
     def task_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """This process's threads for running a message's tasks at once (never a parent's)."""
         pid = os.getpid()
@@ -265,17 +298,17 @@ class WorkerRuntime:
         graph_id = (message.headers or {}).get(MESSAGE_HEADER)
         if not graph_id:
             return False
-        args = _node_args(message)
-        step_key, descs = args[2], self.descriptors(args[2], args[5])
+        groups = _node_groups(message)
         error = UnknownGraphError(
             f"no worker task '{message.headers.get('task')}': graph '{graph_id}' is not loaded "
             f"by this worker (loaded: {', '.join(self.registry.ids()) or 'none'}); start the "
             f"worker with --graph {graph_id}, from the same version of the module."
         )
         log.error("%s", error)
-        for desc in descs:
-            result = wire.dumps_result(TaskResult(desc.id, error=error), desc.node)
-            self.record(step_key, desc.slot, result, keep=False)
+        for step_key, _, _, listed in groups:
+            for desc in self.descriptors(step_key, listed):
+                result = wire.dumps_result(TaskResult(desc.id, error=error), desc.node)
+                self.record(step_key, desc.slot, result, keep=False)
         return True
 
     def _state(self, step_key: str, spec: GraphSpec, data: bytes) -> RemoteStep:
@@ -292,17 +325,30 @@ class WorkerRuntime:
         return state
 
 
-def _node_args(message: Any) -> list[Any]:
-    """The arguments of a node-task message, checked for shape (the descriptors are checked
-    as they are read)."""
+def _node_groups(message: Any) -> list[list[Any]]:
+    """``[step key, run id, timeout, descriptors]`` of each step a node-task message serves
+    (one, or several joined: ``outbox.py``), checked for shape (the descriptors are checked
+    as they are read).
+
+    Raises:
+        ValueError: the message does not carry a node task's arguments (say which).
+    """
     body = message.decode()
-    args = body[0] if isinstance(body, list | tuple) and body else None
-    if not isinstance(args, list | tuple) or len(args) != 6:
-        count = len(args) if isinstance(args, list | tuple) else "no"
-        raise ValueError(f"{count} arguments where a node task has 6 (graph id, path, step, …)")
-    if not isinstance(args[2], str) or not isinstance(args[5], list | str):
-        raise ValueError("the step key or the task descriptors have the wrong type")
-    return list(args)
+    args: Any = body[0] if isinstance(body, list | tuple) and body else None
+    count = len(args) if isinstance(args, list | tuple) else 0
+    if count == 6:
+        groups = [list(args[2:])]
+    elif count == 3 and isinstance(args[2], list | tuple):
+        groups = [list(g) if isinstance(g, list | tuple) else [g] for g in args[2]]
+    else:
+        raise ValueError(
+            f"{count or 'no'} arguments where a node task has 6 (graph id, path, step, …), "
+            "or 3, the last listing the steps of a joined message"
+        )
+    for group in groups:
+        if len(group) != 4 or not isinstance(group[0], str) or not isinstance(group[3], list | str):
+            raise ValueError("a step of the message is not [step key, run id, timeout, tasks]")
+    return groups
 
 
 def _thread_of(step: RemoteStep) -> str:
@@ -362,15 +408,12 @@ def install(app: Celery, runtime: WorkerRuntime) -> list[str]:
     return names
 
 
-def _node_task(
-    graph_id: str,
-    path: list[str],
-    step_key: str,
-    run_id: str,
-    timeout: float | None,
-    descs: list[Any] | str,
-) -> int:
+def _node_task(graph_id: str, path: list[str], *step: Any) -> int:
+    """A node-task message: ``step`` is ``step key, run id, timeout, descriptors``, or the
+    list of those of the steps a joined message serves."""
     runtime = current_runtime()
     if runtime is None:
         raise RuntimeError("bulksync worker runtime is not installed in this process")
-    return runtime.run_message(graph_id, path, step_key, run_id, timeout, descs)
+    if len(step) == 1:
+        return runtime.run_joined(graph_id, path, step[0])
+    return runtime.run_message(graph_id, path, *step)

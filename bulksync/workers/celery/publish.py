@@ -36,7 +36,7 @@ import math
 import os
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from celery import Celery, signals
 from celery.events import Event
@@ -76,6 +76,9 @@ def batch_size(count: int, settings: Settings, *, is_async: bool = False) -> int
     most = settings.max_async_batch if is_async else settings.max_batch
     return max(1, min(most, math.ceil(count / settings.target_messages)))
 
+
+_LIMIT_SLACK: Final = 10.0
+"""Seconds a message's hard time limit adds to its tasks' own (reading and recording)."""
 
 Batch = tuple[str, str, list[Task]]
 """A message of a step: its node, its id, its tasks."""
@@ -137,10 +140,69 @@ class StepMessages:
                         f"run={self.run_id or '-'} thread={self.thread or '-'} "
                         f"step={first.step} node={first.name} task={tasks}"
                     ),
-                    time_limit=(self.timeout * count + 10) if self.timeout else None,
+                    time_limit=(self.timeout * count + _LIMIT_SLACK) if self.timeout else None,
                 )
             )
         return messages
+
+
+def merge(messages: Sequence[Outgoing], most: int) -> tuple[list[Outgoing], set[str]]:
+    """``messages``, those of one task each for the same node task and queue (of different
+    steps: runs published together) joined ``most`` at a time into one message; the ids of
+    the messages joined.
+
+    A joined message carries ``[graph id, subgraph path, [[step key, run id, timeout,
+    [descriptor]], …]]``: one group per message it replaces, each run by the worker as that
+    message would have been (``node_task.py``). Its id is fresh, its time limit the sum of
+    theirs, and Flower names every task in it.
+    """
+    alone: list[Outgoing] = []
+    kinds: dict[tuple[str, str], list[Outgoing]] = {}
+    for m in messages:
+        if most > 1 and len(m.args) == 6 and isinstance(m.args[5], list) and len(m.args[5]) == 1:
+            kinds.setdefault((m.name, m.queue), []).append(m)
+        else:
+            alone.append(m)
+    out, joined = alone, set[str]()
+    for same in kinds.values():
+        for chunk in _chunks(same, most):
+            if len(chunk) == 1:
+                out.append(chunk[0])
+                continue
+            first = chunk[0]
+            limits = [m.time_limit for m in chunk if m.time_limit is not None]
+            out.append(
+                dataclasses.replace(
+                    first,
+                    args=[first.args[0], first.args[1], [m.args[2:] for m in chunk]],
+                    task_id=uuid.uuid4().hex,
+                    argsrepr=" | ".join(m.argsrepr for m in chunk),
+                    time_limit=(
+                        sum(limits) - _LIMIT_SLACK * (len(chunk) - 1)
+                        if len(limits) == len(chunk)
+                        else None
+                    ),
+                )
+            )
+            joined.update(m.task_id for m in chunk)
+    return out, joined
+
+
+def _chunks(messages: list[Outgoing], most: int) -> list[list[Outgoing]]:
+    """``messages`` in chunks of up to ``most``, no two of one step in a chunk: a step's
+    own messages stay apart, as its fan-out was split to spread over the workers."""
+    chunks: list[list[Outgoing]] = []
+    steps: list[set[str]] = []
+    for m in messages:
+        for chunk, keys_in in zip(chunks, steps, strict=True):
+            if len(chunk) < most and m.args[2] not in keys_in:
+                chunk.append(m)
+                keys_in.add(m.args[2])
+                break
+        else:
+            chunks.append([m])
+            steps.append({m.args[2]})
+    return chunks
 
 
 def send(app: Celery, messages: Sequence[Outgoing]) -> None:

@@ -36,6 +36,7 @@ from bulksync.workers.callback_relay import CALLBACK_EVENTS, replay
 from bulksync.workers.cancel_scope import STOP_WAIT
 from bulksync.workers.celery.claims import ClaimWatch, Survey, forget
 from bulksync.workers.celery.coordinator_saver import serve
+from bulksync.workers.celery.outbox import Outbox
 from bulksync.workers.celery.progress import progress_chunk, waiting_queues, warn_waiting
 from bulksync.workers.celery.publish import (
     Batch,
@@ -135,22 +136,26 @@ class CeleryStep:
         direct = self._direct()
         outgoing = self._outgoing(batches) if direct is not None else []
 
-        def store() -> tuple[list[Any], bool]:  # a command run twice sets the same value,
-            pipe = r.pipeline(transaction=False)  # or publishes a copy a worker skips
-            pipe.mget([keys.result(self.slots[t]) for t in ids])
-            pipe.hset(keys.step(self.key), mapping=mapping)
+        def commands(pipe: Any) -> None:  # a command run twice sets the same value,
+            pipe.mget([keys.result(self.slots[t]) for t in ids])  # or publishes a copy
+            pipe.hset(keys.step(self.key), mapping=mapping)  # a worker skips
             pipe.expire(keys.step(self.key), self.ex.settings.step_ttl)
             if self.run_id:
                 pipe.sadd(keys.run_inboxes(self.run_id), self.inbox)
                 pipe.expire(keys.run_inboxes(self.run_id), self.ex.settings.run_ttl)
                 pipe.exists(keys.cancel(self.run_id))
-            flag = len(pipe) - 1 if self.run_id else None
             if joining:
                 self.ex.gatherer.add(self, pipe)
+
+        def store() -> tuple[list[Any], bool]:
             if direct is not None:
-                direct.queue(pipe, outgoing)
-            replies = pipe.execute()
-            return replies[0], flag is not None and bool(replies[flag])
+                replies, joined = direct.send(commands, outgoing)
+                self._shared(joined)
+            else:
+                pipe = r.pipeline(transaction=False)
+                commands(pipe)
+                replies = pipe.execute()
+            return replies[0], bool(self.run_id) and bool(replies[5])
 
         results, cancelled = self._retry(store, "store the step")
         known = [res for res in results if res is not None]
@@ -222,10 +227,10 @@ class CeleryStep:
                 out.append((node, uuid.uuid4().hex, group[i : i + size]))
         return out
 
-    def _direct(self) -> DirectPublisher | None:
-        """The executor's direct publisher, while it may be used (``publish.py``)."""
-        direct = self.ex.direct
-        return direct if direct is not None and direct.usable() else None
+    def _direct(self) -> Outbox | None:
+        """The executor's outbox, while messages may skip ``send_task`` (``publish.py``)."""
+        outbox = self.ex.outbox
+        return outbox if outbox is not None and DirectPublisher.usable() else None
 
     def _outgoing(self, batches: list[Batch]) -> list[Outgoing]:
         """The messages of ``batches``, each remembered with its tasks."""
@@ -233,17 +238,27 @@ class CeleryStep:
             self.messages.update({m: [t.id for t in chunk] for _, m, chunk in batches})
         return self.addressed.of(batches, self._describe, self._queue)
 
+    def _shared(self, joined: set[str]) -> None:
+        """The messages ``joined`` with other steps' are never revoked: they carry other
+        runs' tasks (``outbox.py``). Their tasks stop as any task of a cancelled step
+        does, on the worker."""
+        if joined:
+            with self._lock:
+                for message_id in joined:
+                    self.messages.pop(message_id, None)
+
     def _publish(self, batches: list[Batch], fields: dict[Any, Any]) -> None:
         """Store the step-hash ``fields`` (batches' descriptors), then publish ``batches``:
         in one round trip on the direct path, else through ``send_task`` (``publish.py``)."""
         r, outgoing = self.ex.redis, self._outgoing(batches)
         direct = self._direct()
         if direct is not None:
-            pipe = r.pipeline(transaction=False)
-            if fields:
-                pipe.hset(keys.step(self.key), mapping=fields)
-            direct.queue(pipe, outgoing)
-            pipe.execute()
+
+            def commands(pipe: Any) -> None:
+                if fields:
+                    pipe.hset(keys.step(self.key), mapping=fields)
+
+            self._shared(direct.send(commands, outgoing)[1])
             return
         if fields:
             r.hset(keys.step(self.key), mapping=fields)

@@ -1,0 +1,113 @@
+"""Steps stored and published together: one round trip, and shared messages, for the steps
+of different runs that are ready at the same moment.
+
+A coordinator drives many runs; each step stores itself and publishes its messages in one
+Redis round trip (``step.py``). :class:`Outbox` lets the steps whose dispatch meets another's
+in flight ride the next round trip together, as a database groups the commits that wait on
+one log flush: the first step sends at once, alone; steps that arrive while it is on the wire
+wait, and whichever of them comes first sends them all when it returns. Nothing waits for
+company: a lone step pays no more than before, and under load the round trips, and the
+waits, are shared.
+
+Steps sent together also share messages: single-task messages of one node task and queue are
+joined, ``max_merged`` at a time (``publish.merge``). Celery spends more on each message a
+worker receives (its bookkeeping, its ``task-received``, ``task-started`` and
+``task-succeeded`` events, its hand-off to the pool) than a quick node takes to run, so
+fewer messages is most of what a busy cluster can save. A joined message is never revoked:
+it carries other runs' tasks (``CeleryStep._revoke``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
+from bulksync.workers.celery.publish import DirectPublisher, Outgoing, merge
+
+
+class _Entry:
+    """One step's commands and messages, and what became of them."""
+
+    __slots__ = ("commands", "messages", "replies", "joined", "error", "done")
+
+    def __init__(self, commands: Callable[[Any], None], messages: Sequence[Outgoing]) -> None:
+        self.commands = commands
+        self.messages = messages
+        self.replies: list[Any] = []
+        self.joined: set[str] = set()
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class Outbox:
+    """Sends the steps of concurrent dispatches in shared round trips (module docstring)."""
+
+    def __init__(self, r: redis.Redis, direct: DirectPublisher, most: int) -> None:
+        self._redis = r
+        self._direct = direct
+        self._most = most
+        self._cond = threading.Condition()
+        self._waiting: list[_Entry] = []
+        self._sending = False
+
+    def send(
+        self, commands: Callable[[Any], None], messages: Sequence[Outgoing]
+    ) -> tuple[list[Any], set[str]]:
+        """Queue ``commands`` (called with the pipeline) and publish ``messages``, with the
+        steps sent at the same moment; the replies to ``commands``, and the ids of
+        ``messages`` joined with others'.
+
+        Raises:
+            redis.RedisError: the round trip failed (for every step in it; each retries).
+        """
+        entry = _Entry(commands, messages)
+        with self._cond:
+            self._waiting.append(entry)
+            while self._sending and not entry.done:
+                self._cond.wait()
+            if not entry.done:
+                self._sending = True
+                batch, self._waiting = self._waiting, []
+        if not entry.done:
+            try:
+                self._send(batch)
+            finally:
+                with self._cond:
+                    self._sending = False
+                    self._cond.notify_all()
+        if entry.error is not None:
+            raise entry.error
+        return entry.replies, entry.joined
+
+    def _send(self, batch: list[_Entry]) -> None:
+        """One round trip for ``batch``; each entry learns its replies, or the error."""
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            spans = []
+            for entry in batch:
+                start = len(pipe)
+                entry.commands(pipe)
+                spans.append((start, len(pipe)))
+            messages = [m for entry in batch for m in entry.messages]
+            merged, joined = merge(messages, self._most) if len(batch) > 1 else (messages, set())
+            self._direct.queue(pipe, merged)
+            replies = pipe.execute(raise_on_error=False)
+        except BaseException as exc:  # the connection: every step's
+            for entry in batch:
+                entry.error, entry.done = exc, True
+            raise
+        # A command's error is its step's own; the messages' is every step's.
+        published = _error(replies[spans[-1][1] :] if spans else replies)
+        for entry, (start, end) in zip(batch, spans, strict=True):
+            entry.replies = replies[start:end]
+            entry.joined = {m.task_id for m in entry.messages} & joined
+            entry.error = published or _error(entry.replies)
+            entry.done = True
+
+
+def _error(replies: list[Any]) -> Exception | None:
+    """The first error among ``replies``, if any."""
+    return next((r for r in replies if isinstance(r, Exception)), None)

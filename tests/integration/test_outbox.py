@@ -1,0 +1,178 @@
+"""Steps published at the same moment share a round trip, and their one-task messages of a
+node share a message, on real Redis and a real worker; each run still gets its own answer,
+its own failure and its own cancel."""
+
+from __future__ import annotations
+
+import operator
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Annotated, Any, TypedDict
+
+import pytest
+import redis
+
+from bulksync.errors import TaskCancelledError, UnknownGraphError
+from bulksync.graph import END, START, StateGraph
+from bulksync.service.cancel import cancel_run
+from bulksync.workers.celery.executor import CeleryExecutor
+from bulksync.workers.celery.outbox import Outbox
+from tests.integration.test_delivery import WAIT, background
+from tests.integration.test_message_tasks import Peak
+
+pytestmark = pytest.mark.integration
+
+
+class Gated(Outbox):
+    """An outbox that holds its first round trip until ``company`` more steps wait for the
+    next: those then go together, as steps of busy runs do."""
+
+    def __init__(self, base: Outbox, company: int) -> None:
+        super().__init__(base._redis, base._direct, base._most)
+        self.company = company
+        self.batches: list[list[set[str]]] = []  # per round trip, the ids each step had joined
+        self._held = False
+
+    def _send(self, batch: list[Any]) -> None:
+        if not self._held:
+            self._held = True
+            deadline = time.monotonic() + WAIT
+            while len(self._waiting) < self.company and time.monotonic() < deadline:
+                time.sleep(0.005)
+        super()._send(batch)
+        self.batches.append([entry.joined for entry in batch])
+
+
+class Item(TypedDict):
+    i: int
+    out: Annotated[list[int], operator.add]
+
+
+def gated(cluster: Any, work: Callable[[Item], Any], company: int, **kw: Any) -> tuple[Any, Gated]:
+    """``START`` -> ``work`` -> ``END`` on the test worker, its outbox gated."""
+    b = StateGraph(Item)
+    b.add_node("work", work)
+    b.add_edge(START, "work")
+    b.add_edge("work", END)
+    graph = b.compile()
+    executor = CeleryExecutor(
+        cluster.settings, cluster.register(graph), graph, app=cluster.app, **kw
+    )
+    assert executor.outbox is not None, "the test's broker is its Redis: the direct path"
+    executor.outbox = outbox = Gated(executor.outbox, company)
+    return graph.with_executor(executor), outbox
+
+
+def runs(
+    graph: Any, count: int, config: Callable[[int], dict[str, Any]] = lambda i: {}
+) -> list[Any]:
+    """``count`` runs at once, the i-th on input ``i``; their outcomes, in order."""
+    outcomes = [
+        background(lambda i=i: graph.invoke({"i": i, "out": []}, config(i))) for i in range(count)
+    ]
+    return [o.get(timeout=WAIT) for o in outcomes]
+
+
+def test_steps_published_together_share_a_message_and_keep_their_answers(cluster: Any) -> None:
+    graph, outbox = gated(cluster, lambda s: {"out": [s["i"] * 10]}, company=3)
+    assert runs(graph, 4) == [{"i": i, "out": [i * 10]} for i in range(4)]
+    first, second = outbox.batches
+    assert first == [set()]  # the first step went at once, alone
+    # The three that waited went in one round trip, their tasks in one message.
+    assert len(second) == 3 and all(len(joined) == 1 for joined in second)
+
+
+def test_a_failing_task_of_a_shared_message_fails_its_own_run_only(cluster: Any) -> None:
+    def work(s: Item) -> dict[str, Any]:
+        if s["i"] == 2:
+            raise ValueError("bad item 2")
+        return {"out": [s["i"]]}
+
+    graph, outbox = gated(cluster, work, company=2)
+    first, second, failed = runs(graph, 3)
+    assert first == {"i": 0, "out": [0]} and second == {"i": 1, "out": [1]}
+    assert isinstance(failed, ValueError) and "bad item 2" in str(failed)
+    assert [len(b) for b in outbox.batches] == [1, 2]
+
+
+def test_slow_waiting_tasks_of_a_shared_message_run_at_once(cluster: Any) -> None:
+    peak = Peak()
+
+    def work(s: Item) -> dict[str, Any]:
+        peak.enter()
+        time.sleep(0.1)  # a model call: far above --parallel-after
+        peak.leave()
+        return {"out": [s["i"]]}
+
+    graph, outbox = gated(cluster, work, company=4)
+    assert runs(graph, 5) == [{"i": i, "out": [i]} for i in range(5)]
+    assert [len(b) for b in outbox.batches] == [1, 4]
+    assert peak.peak > 1
+
+
+def test_cancelling_a_run_never_revokes_a_message_it_shares(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    revoked: list[Any] = []
+    monkeypatch.setattr(cluster.app.control, "revoke", lambda ids, **kw: revoked.append(ids))
+    started = threading.Semaphore(0)
+    go = threading.Event()
+
+    def work(s: Item) -> dict[str, Any]:
+        started.release()
+        assert go.wait(WAIT)
+        return {"out": [s["i"]]}
+
+    graph, outbox = gated(cluster, work, company=2)
+    ids = [f"shared-{uuid.uuid4().hex}" for _ in range(3)]
+    outcomes = [
+        background(lambda i=i: graph.invoke({"i": i, "out": []}, {"run_id": ids[i]}))
+        for i in range(3)
+    ]
+    for _ in range(3):
+        assert started.acquire(timeout=WAIT)
+    assert [len(b) for b in outbox.batches] == [1, 2]
+    cancel_run(redis.Redis.from_url(cluster.settings.redis_url), ids[1], cluster.settings)
+    assert isinstance(outcomes[1].get(timeout=WAIT), TaskCancelledError)
+    go.set()
+    assert outcomes[0].get(timeout=WAIT) == {"i": 0, "out": [0]}
+    assert outcomes[2].get(timeout=WAIT) == {"i": 2, "out": [2]}
+    # Run 1's task rode with run 2's: revoking its message would have stopped run 2's too.
+    assert revoked == []
+
+
+def test_a_shared_message_for_an_unloaded_graph_fails_each_of_its_runs(cluster: Any) -> None:
+    b = StateGraph(Item)
+    b.add_node("work", lambda s: {"out": [s["i"]]})
+    b.add_edge(START, "work")
+    graph = b.compile()
+    loaded = cluster.register(graph)
+    unknown = f"tests.not_loaded_{uuid.uuid4().hex[:8]}:graph"
+    executor = CeleryExecutor(cluster.settings, unknown, graph, app=cluster.app)
+    assert executor.outbox is not None
+    executor.outbox = outbox = Gated(executor.outbox, 2)
+    outcomes = runs(graph.with_executor(executor), 3)
+    assert [len(b) for b in outbox.batches] == [1, 2]
+    for error in outcomes:
+        assert isinstance(error, UnknownGraphError), error
+        assert f"graph '{unknown}'" in str(error) and loaded in str(error)
+
+
+def test_a_commands_error_fails_its_own_step_only(redis_url: str, cluster: Any) -> None:
+    r = redis.Redis.from_url(redis_url)
+    key = f"bulksync-test-outbox-{uuid.uuid4().hex}"
+    r.set(key, "not a number", ex=60)
+    _, outbox = gated(cluster, lambda s: {}, company=2)
+    first = background(lambda: outbox.send(lambda pipe: pipe.get(key), []))
+    deadline = time.monotonic() + WAIT
+    while not outbox._sending and time.monotonic() < deadline:  # it goes first, alone
+        time.sleep(0.005)
+    bad = background(lambda: outbox.send(lambda pipe: pipe.incr(key), []))
+    good = background(lambda: outbox.send(lambda pipe: pipe.get(key), []))
+    assert first.get(timeout=WAIT) == ([b"not a number"], set())
+    assert isinstance(bad.get(timeout=WAIT), redis.ResponseError)
+    # It went in the same round trip as the failing one, and has its answer all the same.
+    assert good.get(timeout=WAIT) == ([b"not a number"], set())
+    assert [len(b) for b in outbox.batches] == [1, 2]
