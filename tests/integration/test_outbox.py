@@ -160,19 +160,26 @@ def test_a_shared_message_for_an_unloaded_graph_fails_each_of_its_runs(cluster: 
         assert f"graph '{unknown}'" in str(error) and loaded in str(error)
 
 
-def test_a_commands_error_fails_its_own_step_only(redis_url: str, cluster: Any) -> None:
+def test_a_steps_error_fails_that_step_only(redis_url: str, cluster: Any) -> None:
     r = redis.Redis.from_url(redis_url)
     key = f"bulksync-test-outbox-{uuid.uuid4().hex}"
     r.set(key, "not a number", ex=60)
-    _, outbox = gated(cluster, lambda s: {}, company=2)
+    _, outbox = gated(cluster, lambda s: {}, company=3)
+
+    def broken(pipe: Any) -> None:
+        pipe.get(key)
+        raise ValueError("a bug in one step's commands")
+
     first = background(lambda: outbox.send(lambda pipe: pipe.get(key), []))
     deadline = time.monotonic() + WAIT
     while not outbox._sending and time.monotonic() < deadline:  # it goes first, alone
         time.sleep(0.005)
-    bad = background(lambda: outbox.send(lambda pipe: pipe.incr(key), []))
+    bad_command = background(lambda: outbox.send(lambda pipe: pipe.incr(key), []))
+    bad_step = background(lambda: outbox.send(broken, []))
     good = background(lambda: outbox.send(lambda pipe: pipe.get(key), []))
     assert first.get(timeout=WAIT) == ([b"not a number"], set())
-    assert isinstance(bad.get(timeout=WAIT), redis.ResponseError)
-    # It went in the same round trip as the failing one, and has its answer all the same.
+    assert isinstance(bad_command.get(timeout=WAIT), redis.ResponseError)
+    assert isinstance(bad_step.get(timeout=WAIT), ValueError)
+    # It went in the same round trip as the failing ones, and has its answer all the same.
     assert good.get(timeout=WAIT) == ([b"not a number"], set())
-    assert [len(b) for b in outbox.batches] == [1, 2]
+    assert [len(b) for b in outbox.batches] == [1, 3]

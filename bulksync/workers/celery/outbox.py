@@ -14,7 +14,10 @@ joined, ``max_merged`` at a time (``publish.merge``). Celery spends more on each
 worker receives (its bookkeeping, its ``task-received``, ``task-started`` and
 ``task-succeeded`` events, its hand-off to the pool) than a quick node takes to run, so
 fewer messages is most of what a busy cluster can save. A joined message is never revoked:
-it carries other runs' tasks (``CeleryStep._revoke``).
+it carries other runs' tasks (``CeleryStep._shared``). A cancelled run's task in one stops on
+the worker as any task of a cancelled step does; a task past its time limit is delivered as
+timed out at its deadline, as any, and a prefork worker stops it at the message's hard time
+limit (the sum of its tasks').
 """
 
 from __future__ import annotations
@@ -61,7 +64,9 @@ class Outbox:
         ``messages`` joined with others'.
 
         Raises:
-            redis.RedisError: the round trip failed (for every step in it; each retries).
+            redis.RedisError: the round trip failed (for every step in it; each retries), or
+                one of ``commands`` did (for this step alone).
+            Exception: what ``commands`` raised (the other steps go without this one).
         """
         entry = _Entry(commands, messages)
         with self._cond:
@@ -83,25 +88,31 @@ class Outbox:
         return entry.replies, entry.joined
 
     def _send(self, batch: list[_Entry]) -> None:
-        """One round trip for ``batch``; each entry learns its replies, or the error."""
+        """One round trip for ``batch``; each entry learns its replies, or its error."""
         try:
             pipe = self._redis.pipeline(transaction=False)
-            spans = []
+            sent: list[tuple[_Entry, int, int]] = []
             for entry in batch:
                 start = len(pipe)
-                entry.commands(pipe)
-                spans.append((start, len(pipe)))
-            messages = [m for entry in batch for m in entry.messages]
-            merged, joined = merge(messages, self._most) if len(batch) > 1 else (messages, set())
+                try:
+                    entry.commands(pipe)
+                except Exception as exc:  # that step's own: the others go on without it
+                    del pipe.command_stack[start:]
+                    entry.error, entry.done = exc, True
+                    continue
+                sent.append((entry, start, len(pipe)))
+            messages = [m for entry, _, _ in sent for m in entry.messages]
+            merged, joined = merge(messages, self._most) if len(sent) > 1 else (messages, set())
             self._direct.queue(pipe, merged)
-            replies = pipe.execute(raise_on_error=False)
+            replies = pipe.execute(raise_on_error=False) if len(pipe) else []
         except BaseException as exc:  # the connection: every step's
             for entry in batch:
-                entry.error, entry.done = exc, True
+                if not entry.done:
+                    entry.error, entry.done = exc, True
             raise
         # A command's error is its step's own; the messages' is every step's.
-        published = _error(replies[spans[-1][1] :] if spans else replies)
-        for entry, (start, end) in zip(batch, spans, strict=True):
+        published = _error(replies[sent[-1][2] :] if sent else replies)
+        for entry, start, end in sent:
             entry.replies = replies[start:end]
             entry.joined = {m.task_id for m in entry.messages} & joined
             entry.error = published or _error(entry.replies)
