@@ -124,6 +124,7 @@ class CeleryStep:
         dispatched again after a restart), wakes the gatherer to gather the step when it is
         ``joining``, and, on the direct path (``publish.py``), publishes the messages
         of all ``ids``: a worker reports the result a task has instead of running it again.
+        On that path the round trip may be shared with other runs' steps (``outbox.py``).
         Otherwise a fresh step's messages follow through ``send_task``, and only those of
         the tasks without a result.
         """
@@ -133,34 +134,38 @@ class CeleryStep:
         mapping: dict[Any, Any] = {keys.STATE_FIELD: wire.dumps_state(self.step)}
         mapping.update({keys.task_input_field(t.id): wire.dumps_input(t.input, t) for t in tasks})
         mapping.update(self._batch_fields(batches))
-        direct = self._direct()
-        outgoing = self._outgoing(batches) if direct is not None else []
+        outbox = self._outbox()
+        outgoing = self._outgoing(batches) if outbox is not None else []
+        flag: int | None = None  # where the reply telling whether the run was cancelled is
 
         def commands(pipe: Any) -> None:  # a command run twice sets the same value,
-            pipe.mget([keys.result(self.slots[t]) for t in ids])  # or publishes a copy
-            pipe.hset(keys.step(self.key), mapping=mapping)  # a worker skips
+            nonlocal flag  # or publishes a copy a worker skips
+            start = len(pipe)
+            pipe.mget([keys.result(self.slots[t]) for t in ids])
+            pipe.hset(keys.step(self.key), mapping=mapping)
             pipe.expire(keys.step(self.key), self.ex.settings.step_ttl)
             if self.run_id:
                 pipe.sadd(keys.run_inboxes(self.run_id), self.inbox)
                 pipe.expire(keys.run_inboxes(self.run_id), self.ex.settings.run_ttl)
                 pipe.exists(keys.cancel(self.run_id))
+                flag = len(pipe) - 1 - start
             if joining:
                 self.ex.gatherer.add(self, pipe)
 
         def store() -> tuple[list[Any], bool]:
-            if direct is not None:
-                replies, joined = direct.send(commands, outgoing)
+            if outbox is not None:
+                replies, joined = outbox.send(commands, outgoing)
                 self._shared(joined)
             else:
                 pipe = r.pipeline(transaction=False)
                 commands(pipe)
                 replies = pipe.execute()
-            return replies[0], bool(self.run_id) and bool(replies[5])
+            return replies[0], flag is not None and bool(replies[flag])
 
         results, cancelled = self._retry(store, "store the step")
         known = [res for res in results if res is not None]
         todo = tasks
-        if known and direct is None:  # some finished before: publish the others, batched anew
+        if known and outbox is None:  # some finished before: publish the others, batched anew
             finished = {t for t, res in zip(ids, results, strict=True) if res is not None}
             todo = [t for t in tasks if t.id not in finished]
             batches = self._batches(todo)
@@ -169,7 +174,7 @@ class CeleryStep:
         if cancelled:
             self.cancel()
         elif batches:
-            if direct is None:
+            if outbox is None:
                 fields = self._batch_fields(batches) if known else {}
                 self._retry(lambda: self._publish(batches, fields), "publish the step")
             self._log_dispatch(todo, len(batches))
@@ -227,7 +232,7 @@ class CeleryStep:
                 out.append((node, uuid.uuid4().hex, group[i : i + size]))
         return out
 
-    def _direct(self) -> Outbox | None:
+    def _outbox(self) -> Outbox | None:
         """The executor's outbox, while messages may skip ``send_task`` (``publish.py``)."""
         outbox = self.ex.outbox
         return outbox if outbox is not None and DirectPublisher.usable() else None
@@ -251,14 +256,14 @@ class CeleryStep:
         """Store the step-hash ``fields`` (batches' descriptors), then publish ``batches``:
         in one round trip on the direct path, else through ``send_task`` (``publish.py``)."""
         r, outgoing = self.ex.redis, self._outgoing(batches)
-        direct = self._direct()
-        if direct is not None:
+        outbox = self._outbox()
+        if outbox is not None:
 
             def commands(pipe: Any) -> None:
                 if fields:
                     pipe.hset(keys.step(self.key), mapping=fields)
 
-            self._shared(direct.send(commands, outgoing)[1])
+            self._shared(outbox.send(commands, outgoing)[1])
             return
         if fields:
             r.hset(keys.step(self.key), mapping=fields)
