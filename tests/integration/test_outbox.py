@@ -50,28 +50,22 @@ class Item(TypedDict):
     out: Annotated[list[int], operator.add]
 
 
-def gated(cluster: Any, work: Callable[[Item], Any], company: int, **kw: Any) -> tuple[Any, Gated]:
+def gated(cluster: Any, work: Callable[[Item], Any], company: int) -> tuple[Any, Gated]:
     """``START`` -> ``work`` -> ``END`` on the test worker, its outbox gated."""
     b = StateGraph(Item)
     b.add_node("work", work)
     b.add_edge(START, "work")
     b.add_edge("work", END)
     graph = b.compile()
-    executor = CeleryExecutor(
-        cluster.settings, cluster.register(graph), graph, app=cluster.app, **kw
-    )
+    executor = CeleryExecutor(cluster.settings, cluster.register(graph), graph, app=cluster.app)
     assert executor.outbox is not None, "the test's broker is its Redis: the direct path"
     executor.outbox = outbox = Gated(executor.outbox, company)
     return graph.with_executor(executor), outbox
 
 
-def runs(
-    graph: Any, count: int, config: Callable[[int], dict[str, Any]] = lambda i: {}
-) -> list[Any]:
+def runs(graph: Any, count: int) -> list[Any]:
     """``count`` runs at once, the i-th on input ``i``; their outcomes, in order."""
-    outcomes = [
-        background(lambda i=i: graph.invoke({"i": i, "out": []}, config(i))) for i in range(count)
-    ]
+    outcomes = [background(lambda i=i: graph.invoke({"i": i, "out": []})) for i in range(count)]
     return [o.get(timeout=WAIT) for o in outcomes]
 
 
