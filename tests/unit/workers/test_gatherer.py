@@ -53,7 +53,13 @@ class ScriptedRedis:
         return answer
 
     def blpop(self, names: Sequence[str], timeout: float) -> Any:
-        answer = self._next(self.blpops)
+        with self.lock:  # an entry of a list not asked for waits, as in Redis, for a call
+            waits = (  # that asks for it (its step may join after this call began)
+                bool(self.blpops)
+                and isinstance(self.blpops[0], tuple)
+                and self.blpops[0][0].decode() not in names
+            )
+        answer = None if waits else self._next(self.blpops)
         if answer is None:
             time.sleep(min(timeout, 0.01))
         return answer
