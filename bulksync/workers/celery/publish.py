@@ -157,12 +157,13 @@ def merge(messages: Sequence[Outgoing], most: int) -> tuple[list[Outgoing], set[
     theirs, and Flower names every task in it.
     """
     alone: list[Outgoing] = []
-    kinds: dict[tuple[str, str], list[Outgoing]] = {}
+    kinds: dict[tuple[str, str], list[tuple[str, Outgoing]]] = {}
     for m in messages:
-        if most > 1 and len(m.args) == 6 and isinstance(m.args[5], list) and len(m.args[5]) == 1:
-            kinds.setdefault((m.name, m.queue), []).append(m)
-        else:
+        step = _one_task_step(m) if most > 1 else None
+        if step is None:
             alone.append(m)
+        else:
+            kinds.setdefault((m.name, m.queue), []).append((step, m))
     out, joined = alone, set[str]()
     for same in kinds.values():
         for chunk in _chunks(same, most):
@@ -188,21 +189,25 @@ def merge(messages: Sequence[Outgoing], most: int) -> tuple[list[Outgoing], set[
     return out, joined
 
 
-def _chunks(messages: list[Outgoing], most: int) -> list[list[Outgoing]]:
-    """``messages`` in chunks of up to ``most``, no two of one step in a chunk: a step's
-    own messages stay apart, as its fan-out was split to spread over the workers."""
-    chunks: list[list[Outgoing]] = []
-    steps: list[set[str]] = []
-    for m in messages:
-        for chunk, keys_in in zip(chunks, steps, strict=True):
-            if len(chunk) < most and m.args[2] not in keys_in:
-                chunk.append(m)
-                keys_in.add(m.args[2])
-                break
-        else:
-            chunks.append([m])
-            steps.append({m.args[2]})
-    return chunks
+def _one_task_step(m: Outgoing) -> str | None:
+    """The step key of ``m`` when it carries one task, its descriptor inline (as
+    ``StepMessages.of`` builds it); None for any other message."""
+    args = m.args
+    one = len(args) == 6 and isinstance(args[5], list) and len(args[5]) == 1
+    return str(args[2]) if one else None
+
+
+def _chunks(messages: list[tuple[str, Outgoing]], most: int) -> list[list[Outgoing]]:
+    """``messages`` (each with its step key) in chunks of up to ``most``, no two of one step
+    in a chunk: a step's own messages stay apart, as its fan-out was split to spread over the
+    workers."""
+    chunks: list[list[tuple[str, Outgoing]]] = []
+    for step, m in messages:
+        chunk = next((c for c in chunks if len(c) < most and all(s != step for s, _ in c)), None)
+        if chunk is None:
+            chunks.append(chunk := [])
+        chunk.append((step, m))
+    return [[m for _, m in chunk] for chunk in chunks]
 
 
 def send(app: Celery, messages: Sequence[Outgoing]) -> None:
