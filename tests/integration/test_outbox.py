@@ -40,7 +40,7 @@ class Gated(Outbox):
         if not self._held:
             self._held = True
             deadline = time.monotonic() + WAIT
-            while len(self._waiting) < self.company and time.monotonic() < deadline:
+            while self._rounds.waiting < self.company and time.monotonic() < deadline:
                 time.sleep(0.005)
         super()._send(batch)
         self.batches.append([entry.joined for entry in batch])
@@ -169,7 +169,7 @@ def test_a_steps_error_fails_that_step_only(redis_url: str, cluster: Any) -> Non
 
     first = background(lambda: outbox.send(lambda pipe: pipe.get(key), []))
     deadline = time.monotonic() + WAIT
-    while not outbox._sending and time.monotonic() < deadline:  # it goes first, alone
+    while not outbox._rounds.busy and time.monotonic() < deadline:  # it goes first, alone
         time.sleep(0.005)
     bad_command = background(lambda: outbox.send(lambda pipe: pipe.incr(key), []))
     bad_step = background(lambda: outbox.send(broken, []))

@@ -3,11 +3,10 @@ of different runs that are ready at the same moment.
 
 A coordinator drives many runs; each step stores itself and publishes its messages in one
 Redis round trip (``step.py``). :class:`Outbox` lets the steps whose dispatch meets another's
-in flight ride the next round trip together, as a database groups the commits that wait on
-one log flush: the first step sends at once, alone; steps that arrive while it is on the wire
-wait, and whichever of them comes first sends them all when it returns. Nothing waits for
-company: a lone step pays no more than before, and under load the round trips, and the
-waits, are shared.
+in flight ride the next round trip together (``bulksync.rounds``, group commit): the first
+step sends at once, alone; steps that arrive while it is on the wire wait, and whichever of
+them comes first sends them all when it returns. Nothing waits for company: a lone step pays
+no more than before, and under load the round trips, and the waits, are shared.
 
 Steps sent together also share messages: single-task messages of one node task and queue are
 joined, ``max_merged`` at a time (``publish.merge``). Celery spends more on each message a
@@ -22,19 +21,19 @@ limit (the sum of its tasks').
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 
+from bulksync.rounds import Rounds
 from bulksync.workers.celery.publish import DirectPublisher, Outgoing, merge
 
 
 class _Entry:
     """One step's commands and messages, and what became of them."""
 
-    __slots__ = ("commands", "messages", "replies", "joined", "error", "done")
+    __slots__ = ("commands", "messages", "replies", "joined", "error")
 
     def __init__(self, commands: Callable[[Any], None], messages: Sequence[Outgoing]) -> None:
         self.commands = commands
@@ -42,7 +41,6 @@ class _Entry:
         self.replies: list[Any] = []
         self.joined: set[str] = set()
         self.error: BaseException | None = None
-        self.done = False
 
 
 class Outbox:
@@ -52,9 +50,7 @@ class Outbox:
         self._redis = r
         self._direct = direct
         self._most = most
-        self._cond = threading.Condition()
-        self._waiting: list[_Entry] = []
-        self._sending = False
+        self._rounds: Rounds[_Entry] = Rounds()
 
     def send(
         self, commands: Callable[[Any], None], messages: Sequence[Outgoing]
@@ -69,20 +65,7 @@ class Outbox:
             Exception: what ``commands`` raised (the other steps go without this one).
         """
         entry = _Entry(commands, messages)
-        with self._cond:
-            self._waiting.append(entry)
-            while self._sending and not entry.done:
-                self._cond.wait()
-            if not entry.done:
-                self._sending = True
-                batch, self._waiting = self._waiting, []
-        if not entry.done:
-            try:
-                self._send(batch)
-            finally:
-                with self._cond:
-                    self._sending = False
-                    self._cond.notify_all()
+        self._rounds.join(entry, self._send)
         if entry.error is not None:
             raise entry.error
         return entry.replies, entry.joined
@@ -98,7 +81,7 @@ class Outbox:
                     entry.commands(pipe)
                 except Exception as exc:  # that step's own: the others go on without it
                     del pipe.command_stack[start:]
-                    entry.error, entry.done = exc, True
+                    entry.error = exc
                     continue
                 sent.append((entry, start, len(pipe)))
             messages = [m for entry, _, _ in sent for m in entry.messages]
@@ -107,8 +90,7 @@ class Outbox:
             replies = pipe.execute(raise_on_error=False) if len(pipe) else []
         except BaseException as exc:  # the connection: every step's
             for entry in batch:
-                if not entry.done:
-                    entry.error, entry.done = exc, True
+                entry.error = entry.error or exc
             raise
         # A command's error is its step's own; the messages' is every step's.
         published = _error(replies[sent[-1][2] :] if sent else replies)
@@ -116,7 +98,6 @@ class Outbox:
             entry.replies = replies[start:end]
             entry.joined = {m.task_id for m in entry.messages} & joined
             entry.error = published or _error(entry.replies)
-            entry.done = True
 
 
 def _error(replies: list[Any]) -> Exception | None:
