@@ -16,6 +16,8 @@ single history recorded in ``bulksync_migrations (version, applied_at)``::
     bulksync_thread_leases      which coordinator drives a thread, until when, and the fencing
                                 token its checkpoint commits are checked against
     bulksync_check_lease()      the check a fenced commit runs first (``FENCE_SQL``)
+    bulksync_check_leases()     the same for the commits of several threads sent together
+                                (``FENCE_TOGETHER_SQL``)
     bulksync_runs               detached runs: status, owner and heartbeat, payload and output
                                 (``bulksync.service.runs``)
     bulksync_store              the store's items: namespace prefix, key, value (jsonb), times,
@@ -152,6 +154,25 @@ MIGRATIONS: tuple[str, ...] = (
     """CREATE INDEX bulksync_checkpoint_blobs_whole
         ON bulksync_checkpoint_blobs (thread_id, checkpoint_ns, channel, version)
         WHERE blob IS NULL OR get_byte(blob, 0) <> 193""",
+    # 11: the fence of checkpoint commits of several threads in one transaction (see
+    # FENCE_TOGETHER_SQL).
+    f"""CREATE FUNCTION bulksync_check_leases(p_threads text[], p_tokens bigint[])
+    RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE
+        moved record;
+    BEGIN
+        PERFORM 1 FROM bulksync_thread_leases WHERE thread_id = ANY(p_threads)
+            FOR SHARE NOWAIT;
+        SELECT k.thread_id, l.token INTO moved
+            FROM unnest(p_threads, p_tokens) AS k(thread_id, token)
+            LEFT JOIN bulksync_thread_leases l ON l.thread_id = k.thread_id
+            WHERE l.token IS DISTINCT FROM k.token LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION USING ERRCODE = '{LEASE_LOST_SQLSTATE}',
+                MESSAGE = 'bulksync: the lease of thread ' || moved.thread_id || ' moved on',
+                DETAIL = coalesce(moved.token::text, 'none');
+        END IF;
+    END $$""",
 )
 """Schema steps, applied in order; append new ones, never edit or reorder (see above)."""
 
@@ -265,6 +286,12 @@ CHECKPOINT_TABLES = (
 # LEASE_LOST_SQLSTATE unless the row carries the token: the commit's statements, sent in the
 # same pipeline segment (one implicit transaction), are then rolled back with it.
 FENCE_SQL = "SELECT bulksync_check_lease(%s, %s)"
+# The same for the commits of several threads sent together (PostgresSaver's group commit),
+# except that it never waits for a lease row another transaction holds (a renewal, a
+# takeover): it fails at once, and each commit is sent again on its own. Waiting, while
+# holding the other threads' rows, could close a cycle with a statement that updates
+# several lease rows.
+FENCE_TOGETHER_SQL = "SELECT bulksync_check_leases(%s::text[], %s::bigint[])"
 
 
 # Token kept while the same owner holds a live lease; any change of hands (or a re-acquire
