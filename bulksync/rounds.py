@@ -3,9 +3,9 @@
 A database groups the commits that wait on one log flush; :class:`Rounds` does the same for
 any round trip a process makes on behalf of many callers (a coordinator's runs). The first
 caller sends at once, alone. Callers that arrive while it is on the wire wait; when it
-returns, whichever of them came first sends everything that waited (up to ``most`` entries),
-and the rest wait for the round after. Nothing waits for company: a lone caller pays nothing
-more than before, and under load the round trips are shared.
+returns, one of them sends everything that waited (at most ``most`` entries: the longest
+waiting, and its own), and the rest wait for the round after. Nothing waits for company:
+a lone caller pays nothing more than before, and under load the round trips are shared.
 
 The ``send`` function given to :meth:`Rounds.join` settles each entry of its batch (its reply
 or its error, on the entry itself); what it raises reaches only the caller that ran it, so it

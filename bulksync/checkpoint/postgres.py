@@ -331,10 +331,12 @@ class PostgresSaver(AsyncSaverMethods):
         commits is sent again alone, by its own caller (``_commit_alone``)."""
         try:
             self._commit_once(batch)
-        except Exception as exc:
-            _log.debug("a round of %d checkpoint commits failed (%s)", len(batch), exc)
-            for entry in batch:
+        except BaseException as exc:
+            for entry in batch:  # (even when this thread is interrupted: the others go on)
                 entry.alone = True
+            if not isinstance(exc, Exception):
+                raise
+            _log.debug("a round of %d checkpoint commits failed (%s)", len(batch), exc)
 
     def _commit_alone(self, entry: _Commit) -> None:
         """``entry`` alone, retried through an outage; its fence checked each time.

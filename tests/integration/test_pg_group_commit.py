@@ -226,3 +226,33 @@ def test_a_shared_commit_does_not_wait_for_a_lease_row_held_elsewhere(
     t3.finish()
     assert t3.error is None
     assert stored(saver, "t3")
+
+
+class Interrupted(BaseException):
+    """What stops a thread without being an error of its commit (as ``KeyboardInterrupt``)."""
+
+
+def test_an_interrupted_round_leaves_the_others_to_commit_alone(
+    saver: PostgresSaver, rows: Holder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commit_once = PostgresSaver._commit_once
+
+    def interrupted(self: PostgresSaver, batch: Any) -> None:
+        if len(batch) > 1:
+            raise Interrupted
+        commit_once(self, batch)
+
+    monkeypatch.setattr(PostgresSaver, "_commit_once", interrupted)
+    tokens = leases(saver, "t0", "t1", "t2", "t3")
+    first = first_commit_held(rows, tokens)
+    others = queue(saver, tokens, "t1", "t2", "t3")
+    rows.release("t0")
+    for commit in [first, *others]:
+        commit.finish()
+    sender = [c for c in others if c.error is not None]
+    assert len(sender) == 1 and isinstance(sender[0].error, Interrupted)
+    assert not stored(saver, sender[0].thread_id)
+    for commit in [first, *others]:
+        if commit is not sender[0]:
+            assert commit.error is None
+            assert stored(saver, commit.thread_id)  # alone, not lost with the round
