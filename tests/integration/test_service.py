@@ -143,7 +143,7 @@ class Counter(TypedDict, total=False):
 def chain_graph(svc: Service, *, gate: str | None = None, fail: bool = False) -> Any:
     """``first`` → ``second`` (waits on ``gate``, raises if ``fail``); both count their runs,
     and ``second`` reports on list ``entered`` when it starts."""
-    r = redis.Redis.from_url(svc.settings.redis_url)
+    r = svc.redis  # closed with the test: a client of the graph's own would leak its socket
     wait = svc.gate(gate) if gate else None
 
     def first(state: Counter) -> dict[str, Any]:
@@ -461,13 +461,15 @@ class FanState(TypedDict, total=False):
 
 
 def fan_graph(svc: Service) -> Any:
-    """``start`` → one ``work`` task per item (waiting on gate ``work``) → ``total``.
+    """``start`` → one ``work`` task per item (waiting on gate ``work-gate``) → ``total``.
 
-    Every node counts its executions in Redis; ``work`` reports on list ``entered`` when it
-    starts and on ``left`` when it is done.
+    Every node counts its executions in Redis (``work`` in counter ``work``: the gate is
+    another key, since a task counting while the gate's list still holds another's token
+    would meet the wrong type); ``work`` reports on list ``entered`` when it starts and on
+    ``left`` when it is done.
     """
-    r = redis.Redis.from_url(svc.settings.redis_url)
-    wait = svc.gate("work")
+    r = svc.redis
+    wait = svc.gate("work-gate")
 
     def start(state: FanState) -> dict[str, Any]:
         r.incr(svc.key("start"))
@@ -516,7 +518,7 @@ def test_a_second_coordinator_takes_over_a_lost_run(service: Service) -> None:
     first.stop(abandon=True)  # the coordinator dies mid-step ...
     (executor,) = killable
     executor.kill()
-    service.open_gate("work", len(items))  # ... while its tasks finish on the workers
+    service.open_gate("work-gate", len(items))  # ... while its tasks finish on the workers
     for _ in items:
         assert service.redis.blpop([service.key("left")], timeout=WAIT) is not None
     assert service.client.get(run_id).status == runs.RUNNING  # still claimed by the dead one
