@@ -9,8 +9,7 @@ from the row's ``xmin``.
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -18,12 +17,14 @@ import pytest
 
 from bulksync.checkpoint.postgres import PostgresSaver
 from bulksync.errors import LeaseLostError
+from tests.integration.test_operators import wait_until
 from tests.integration.test_postgres_saver import (
     checkpoint,
     counts,
     expire,
     query,
     thread,
+    waiting_on_a_lock,
 )
 
 pytestmark = pytest.mark.integration
@@ -133,45 +134,25 @@ def stored(saver: PostgresSaver, thread_id: str) -> bool:
     return True
 
 
-def wait_for(predicate: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + WAIT
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
-
-
-def first_commit_held(rows: Holder, tokens: dict[str, int]) -> Commit:
-    """Start t0's commit and keep it on the wire: its fence waits for t0's row, held."""
+def behind_a_commit_in_flight(rows: Holder, tokens: dict[str, int]) -> list[Commit]:
+    """t0's commit, then the commits of the other threads of ``tokens`` started while t0's
+    is held on the wire (its fence waits for t0's lease row), so they wait for it; then t0's
+    row is let go. All the commits, t0's first."""
+    saver = rows.saver
     rows.hold("t0")
-    first = Commit(rows.saver, "t0", tokens["t0"])
-    wait_for(lambda: fence_waits(rows.saver))
-    return first
-
-
-def fence_waits(saver: PostgresSaver) -> bool:
-    """Whether a commit's fence waits for a lease row."""
-    rows = query(
-        saver,
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-        " AND query LIKE '%%bulksync_check_lease%%'",
-    )
-    return bool(rows[0][0])
-
-
-def queue(saver: PostgresSaver, tokens: dict[str, int], *threads: str) -> list[Commit]:
-    """Commits of ``threads``, started while a commit is on the wire: they wait for it."""
-    commits = [Commit(saver, t, tokens[t]) for t in threads]
-    wait_for(lambda: saver._shared.commits.waiting == len(threads))
-    return commits
+    first = Commit(saver, "t0", tokens["t0"])
+    wait_until(lambda: waiting_on_a_lock(saver, "bulksync_check_lease"), "t0's fence to wait")
+    others = [Commit(saver, t, token) for t, token in tokens.items() if t != "t0"]
+    wait_until(lambda: saver._shared.commits.waiting == len(others), "the others to queue")
+    rows.release("t0")
+    return [first, *others]
 
 
 def test_commits_made_during_one_in_flight_share_the_next_transaction(
     saver: PostgresSaver, rows: Holder
 ) -> None:
     tokens = leases(saver, "t0", "t1", "t2", "t3")
-    first = first_commit_held(rows, tokens)
-    others = queue(saver, tokens, "t1", "t2", "t3")
-    rows.release("t0")
+    first, *others = behind_a_commit_in_flight(rows, tokens)
     for commit in [first, *others]:
         commit.finish()
         assert commit.error is None
@@ -191,9 +172,7 @@ def test_a_lost_lease_fails_its_own_commit_and_the_others_are_stored(
     tokens = leases(saver, "t0", "t1", "t2", "t3")
     expire(saver, "t2")
     assert saver.acquire_lease("t2", "another coordinator", 30) == tokens["t2"] + 1
-    first = first_commit_held(rows, tokens)
-    others = queue(saver, tokens, "t1", "t2", "t3")
-    rows.release("t0")
+    first, *others = behind_a_commit_in_flight(rows, tokens)
     for commit in [first, *others]:
         commit.finish()
     by_thread = {c.thread_id: c for c in others}
@@ -213,9 +192,7 @@ def test_a_shared_commit_does_not_wait_for_a_lease_row_held_elsewhere(
 ) -> None:
     tokens = leases(saver, "t0", "t1", "t2", "t3")
     rows.hold("t3")  # while, say, a renewal updates t3's row
-    first = first_commit_held(rows, tokens)
-    t1, t2, t3 = queue(saver, tokens, "t1", "t2", "t3")
-    rows.release("t0")
+    first, t1, t2, t3 = behind_a_commit_in_flight(rows, tokens)
     for commit in (first, t1, t2):
         commit.finish()  # without waiting for t3's row
         assert commit.error is None
@@ -244,9 +221,7 @@ def test_an_interrupted_round_leaves_the_others_to_commit_alone(
 
     monkeypatch.setattr(PostgresSaver, "_commit_once", interrupted)
     tokens = leases(saver, "t0", "t1", "t2", "t3")
-    first = first_commit_held(rows, tokens)
-    others = queue(saver, tokens, "t1", "t2", "t3")
-    rows.release("t0")
+    first, *others = behind_a_commit_in_flight(rows, tokens)
     for commit in [first, *others]:
         commit.finish()
     sender = [c for c in others if c.error is not None]

@@ -487,19 +487,22 @@ def test_takeover_waits_for_a_commit_in_flight(saver: PostgresSaver) -> None:
         taker = threading.Thread(target=lambda: result.append(saver.acquire_lease("t1", "b", 30)))
         taker.start()
         deadline = time.monotonic() + 20
-        while not _waiting_on_a_lock(saver) and time.monotonic() < deadline:
+        while not waiting_on_a_lock(saver, "bulksync_thread_leases") and (
+            time.monotonic() < deadline
+        ):
             time.sleep(0.01)
-        assert _waiting_on_a_lock(saver)
+        assert waiting_on_a_lock(saver, "bulksync_thread_leases")
         assert result == []
     taker.join()
     assert result == [2]
 
 
-def _waiting_on_a_lock(saver: PostgresSaver) -> bool:
+def waiting_on_a_lock(saver: PostgresSaver, naming: str) -> bool:
+    """Whether a statement whose text contains ``naming`` waits for a lock."""
     rows = query(
         saver,
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-        " AND query LIKE '%%bulksync_thread_leases%%'",
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+        (f"%{naming}%",),
     )
     return bool(rows[0][0])
 
