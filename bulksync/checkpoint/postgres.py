@@ -1,7 +1,8 @@
 """``PostgresSaver``: checkpoints in Postgres through a psycopg 3 pool, and the thread lease.
 
 Tables, their migrations and the statements run against them are in ``pg_migrations.py``
-(``setup()`` applies the migrations; it runs by itself on first use). Storage follows
+(``setup()`` applies the migrations; it runs by itself on first use); how a commit queues
+them, in ``pg_commits.py``. Storage follows
 ``SqliteSaver``: a blob row only for the channels in ``new_versions`` (a (channel, version)
 put again is replaced: forks reuse versions); regular writes keep the first value (``ON
 CONFLICT DO NOTHING``), special writes the last (upsert). ``list`` reads a page of
@@ -87,6 +88,7 @@ from bulksync.checkpoint.base import (
     write_rows,
     writes_sort_key,
 )
+from bulksync.checkpoint.pg_commits import Commit, Queued, queue_commits, queue_writes
 from bulksync.checkpoint.pg_migrations import MIGRATIONS, apply_migrations
 from bulksync.checkpoint.pg_pool import RETRY_WINDOW, is_transient_postgres, open_pool
 from bulksync.checkpoint.serde import (
@@ -124,9 +126,6 @@ _Write = tuple[str, int, str, bytes, str]
 _TOGETHER = 32
 """At most this many threads' commits share one transaction."""
 
-_Queued = tuple[builtins.list[tuple[Any, ...]], builtins.list[tuple[Any, ...]], tuple[Any, ...]]
-"""One step to store: its write rows, blob rows and checkpoint row."""
-
 
 @dataclasses.dataclass
 class _Shared:
@@ -135,22 +134,7 @@ class _Shared:
 
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     done: bool = False
-    commits: Rounds[_Commit] = dataclasses.field(default_factory=lambda: Rounds(_TOGETHER))
-
-
-class _Commit:
-    """One ``put_steps`` call's commit, and what became of it in its round."""
-
-    __slots__ = ("thread_id", "token", "queued", "what", "alone")
-
-    def __init__(
-        self, thread_id: str, token: int | None, queued: builtins.list[_Queued], what: str
-    ) -> None:
-        self.thread_id = thread_id
-        self.token = token
-        self.queued = queued
-        self.what = what
-        self.alone = False  # its round failed: to be sent again alone
+    commits: Rounds[Commit] = dataclasses.field(default_factory=lambda: Rounds(_TOGETHER))
 
 
 class PostgresSaver(AsyncSaverMethods):
@@ -304,7 +288,7 @@ class PostgresSaver(AsyncSaverMethods):
         thread_id = config_thread(steps[0][0])[0]
         if thread_id == self._no_head:
             self._no_head = None  # the thread has a head from now on
-        queued: builtins.list[_Queued] = []
+        queued: builtins.list[Queued] = []
         configs: builtins.list[dict[str, Any]] = []
         for config, batch, checkpoint, metadata, new_versions in steps:
             thread, ns, parent_id = config_thread(config)
@@ -320,13 +304,13 @@ class PostgresSaver(AsyncSaverMethods):
             configs.append(checkpoint_config(thread, ns, checkpoint.id))
         token = self._fence[1] if self._fence and self._fence[0] == thread_id else None
         ids = ", ".join(step[2].id for step in steps)
-        entry = _Commit(thread_id, token, queued, f"checkpoint {ids} of thread {thread_id}")
+        entry = Commit(thread_id, token, queued, f"checkpoint {ids} of thread {thread_id}")
         self._shared.commits.join(entry, self._commit_round)
         if entry.alone:  # its round failed: on its own now, with retries and its own error
             self._commit_alone(entry)
         return configs
 
-    def _commit_round(self, batch: builtins.list[_Commit]) -> None:
+    def _commit_round(self, batch: builtins.list[Commit]) -> None:
         """Commit ``batch`` in one transaction, tried once; if that fails, each of its
         commits is sent again alone, by its own caller (``_commit_alone``)."""
         try:
@@ -338,7 +322,7 @@ class PostgresSaver(AsyncSaverMethods):
                 raise
             _log.debug("a round of %d checkpoint commits failed (%s)", len(batch), exc)
 
-    def _commit_alone(self, entry: _Commit) -> None:
+    def _commit_alone(self, entry: Commit) -> None:
         """``entry`` alone, retried through an outage; its fence checked each time.
 
         Raises:
@@ -356,19 +340,10 @@ class PostgresSaver(AsyncSaverMethods):
 
         self._retry(commit, f"committing {entry.what}")
 
-    def _commit_once(self, batch: Sequence[_Commit]) -> None:
-        """The commits of ``batch`` in one transaction, fences first. A lone commit's fence
-        waits for its lease row (a takeover in flight); several commits' fences never wait
-        (``FENCE_TOGETHER_SQL``)."""
-        fences = sorted({(e.thread_id, e.token) for e in batch if e.token is not None})
+    def _commit_once(self, batch: Sequence[Commit]) -> None:
+        """The commits of ``batch`` in one transaction (``pg_commits.queue_commits``)."""
         with self._connection() as conn, conn.pipeline():
-            cur = conn.cursor()
-            if len(batch) == 1 and fences:
-                cur.execute(pgm.FENCE_SQL, fences[0])
-            elif fences:
-                threads, tokens = zip(*fences, strict=True)
-                cur.execute(pgm.FENCE_TOGETHER_SQL, (list(threads), list(tokens)))
-            _queue_steps(cur, [step for entry in batch for step in entry.queued])
+            queue_commits(conn.cursor(), batch)
 
     def put_writes(
         self,
@@ -388,7 +363,7 @@ class PostgresSaver(AsyncSaverMethods):
 
         def store() -> None:
             with self._connection() as conn, conn.pipeline():
-                _queue_writes(conn.cursor(), rows)
+                queue_writes(conn.cursor(), rows)
 
         more = f" and {len(batch) - 1} more" if len(batch) > 1 else ""
         self._retry(store, f"storing the writes of task {batch[0][1]}{more}")
@@ -580,22 +555,6 @@ def _asks_head_of(config: Mapping[str, Any], thread_id: str) -> bool:
     """Whether ``config`` names the root head of ``thread_id``: no namespace, no id."""
     named = (config.get("configurable") or {}).get("thread_id") is not None
     return named and config_thread(config) == (thread_id, "", None)
-
-
-def _queue_steps(cur: psycopg.Cursor[Any], queued: Sequence[_Queued]) -> None:
-    """Queue the statements storing the steps of ``queued``: writes, blobs, checkpoints."""
-    _queue_writes(cur, [r for rows, _, _ in queued for r in rows])
-    cur.executemany(pgm.PUT_BLOB_SQL, [b for _, blobs, _ in queued for b in blobs])
-    cur.executemany(pgm.PUT_CHECKPOINT_SQL, [row for _, _, row in queued])
-
-
-def _queue_writes(cur: psycopg.Cursor[Any], rows: Sequence[tuple[Any, ...]]) -> None:
-    """Queue the statements storing write ``rows``: regular slots keep the first value,
-    special slots (negative) the last."""
-    for sql, keep in ((pgm.KEEP_FIRST_SQL, True), (pgm.KEEP_LAST_SQL, False)):
-        chosen = [r for r in rows if (r[4] >= 0) is keep]
-        if chosen:
-            cur.executemany(sql, chosen)
 
 
 def _metadata_json(metadata: Mapping[str, Any]) -> str:
