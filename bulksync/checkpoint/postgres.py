@@ -463,9 +463,7 @@ class PostgresSaver(AsyncSaverMethods):
 
     def _read_page_once(self, sql: str, params: Sequence[Any]) -> builtins.list[CheckpointTuple]:
         with self._connection() as conn:
-            rows: builtins.list[_Row] = (
-                conn.cursor(row_factory=tuple_row).execute(sql, params).fetchall()
-            )
+            rows: builtins.list[_Row] = _reading(conn).execute(sql, params).fetchall()
             if not rows:
                 return []
             # Versions are inside the record, so records are decoded here to find the blobs.
@@ -479,10 +477,8 @@ class PostgresSaver(AsyncSaverMethods):
             )
             write_keys = [(i, row[0], row[1], row[2]) for i, row in enumerate(rows)]
             with conn.pipeline():
-                blob_cur = conn.cursor(row_factory=tuple_row)
-                blob_cur.execute(pgm.BLOBS_SQL, _columns(blob_keys, 4))
-                write_cur = conn.cursor(row_factory=tuple_row)
-                write_cur.execute(pgm.WRITES_SQL, _columns(write_keys, 4))
+                blob_cur = _reading(conn).execute(pgm.BLOBS_SQL, _columns(blob_keys, 4))
+                write_cur = _reading(conn).execute(pgm.WRITES_SQL, _columns(write_keys, 4))
             found_blobs, found_writes = blob_cur.fetchall(), write_cur.fetchall()
         stored: Stored = {}
         for thread_id, ns, channel, version, blob in found_blobs:
@@ -505,8 +501,7 @@ class PostgresSaver(AsyncSaverMethods):
 
         def read() -> dict[int, bytes | None]:
             with self._connection() as conn:
-                cur = conn.cursor(row_factory=tuple_row)
-                return dict(cur.execute(pgm.CHAIN_SQL, args).fetchall())
+                return dict(_reading(conn).execute(pgm.CHAIN_SQL, args).fetchall())
 
         return self._retry(read, f"reading the versions of channel {channel!r}")
 
@@ -578,3 +573,10 @@ def _seconds(ttl: float) -> float:
 def _columns(keys: Sequence[tuple[Any, ...]], width: int) -> builtins.list[builtins.list[Any]]:
     """Rows of keys as ``width`` column arrays, for ``unnest``."""
     return [list(column) for column in zip(*keys, strict=True)] if keys else [[]] * width
+
+
+def _reading(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+    """A cursor for reading stored checkpoints: tuples, in Postgres's binary format, so that
+    a ``bytea`` comes as its bytes rather than as hex text of twice their size (a long
+    thread's chain of deltas is tens of kilobytes a read)."""
+    return conn.cursor(row_factory=tuple_row, binary=True)
