@@ -100,9 +100,11 @@ def redis_client(url: str, max_connections: int) -> redis.Redis:
     """A client for ``url`` whose pool holds up to ``max_connections`` connections.
 
     A call that finds them all busy waits for one (up to ``POOL_WAIT`` s, then a
-    ``ConnectionError``, which :func:`is_transient_redis` counts as transient).
+    ``ConnectionError``, which :func:`is_transient_redis` counts as transient). The client
+    owns its pool: ``close()`` closes every connection of it (a client merely given a pool
+    leaves them open until garbage collection).
     """
     pool = redis.BlockingConnectionPool.from_url(
         url, max_connections=max_connections, timeout=POOL_WAIT
     )
-    return redis.Redis(connection_pool=pool)
+    return redis.Redis.from_pool(pool)
