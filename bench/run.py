@@ -41,6 +41,7 @@ from ``BULKSYNC_*`` variables (the database defaults to the local ``test`` datab
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import math
@@ -230,7 +231,6 @@ def run_fanout(args: argparse.Namespace, settings: Settings, app: Any) -> dict[s
     from bulksync.workers.celery.publish import batch_size
 
     n = args.fanout
-    executor = CeleryExecutor(settings, "bench.graphs:fanout", graphs.fanout, app=app)
     lg_graph = graphs.fanout_builder(graphs.langgraph_api()).compile()
     per_message = batch_size(n, settings)
     print(f"\n1. fan-out of {n} trivial Send tasks: wall time of one run, median of {args.repeat}")
@@ -241,10 +241,14 @@ def run_fanout(args: argparse.Namespace, settings: Settings, app: Any) -> dict[s
     with (
         fresh_schema(settings.database_url, f"bench_{uuid.uuid4().hex[:8]}_fanout") as url,
         PostgresSaver.from_conn_string(url) as saver,
+        contextlib.ExitStack() as executors,
     ):
         saver.setup()
         durable = graphs.fanout_builder(graphs.BULKSYNC).compile(checkpointer=saver)
-        durable_ex = CeleryExecutor(settings, "bench.graphs:fanout", durable, app=app)
+        executor, durable_ex = (
+            executors.enter_context(CeleryExecutor(settings, "bench.graphs:fanout", g, app=app))
+            for g in (graphs.fanout, durable)
+        )
         timings = compare(
             {
                 "bulksync (attached CeleryExecutor, no checkpointer)": graph_fanout(
@@ -281,8 +285,6 @@ def run_waiting(args: argparse.Namespace, settings: Settings, app: Any) -> dict[
     lg = graphs.langgraph_api()
     lg_sync = graphs.waiting_builder(lg, graphs.wait).compile()
     lg_async = graphs.waiting_builder(lg, graphs.await_).compile()
-    sync_ex = CeleryExecutor(settings, "bench.graphs:io_fanout", graphs.io_fanout, app=app)
-    async_ex = CeleryExecutor(settings, "bench.graphs:aio_fanout", graphs.aio_fanout, app=app)
     print(
         f"\n3. fan-out of {n} Send tasks that each wait {seconds * 1000:g} ms: wall time of one "
         f"run, median of {args.repeat}"
@@ -292,23 +294,29 @@ def run_waiting(args: argparse.Namespace, settings: Settings, app: Any) -> dict[
         f"limit of one task per pool thread: {n} x {seconds:g} s / {args.workers * threads} "
         f"= {limit:.3f} s)"
     )
-    timings = compare(
-        {
-            "bulksync, sync nodes (time.sleep)": graph_fanout(
-                graphs.io_fanout.with_executor(sync_ex), n, given
-            ),
-            "bulksync, async nodes (asyncio.sleep)": graph_fanout(
-                graphs.aio_fanout.with_executor(async_ex), n, given
-            ),
-            "LangGraph in-process, defaults (sync nodes)": graph_fanout(lg_sync, n, given),
-            "LangGraph in-process, max_concurrency=100": graph_fanout(
-                lg_sync, n, given, config={"max_concurrency": 100}
-            ),
-            "LangGraph in-process async (ainvoke)": graph_fanout(lg_async, n, given, awaited=True),
-        },
-        args.repeat,
-        args.warmup,
-    )
+    with (
+        CeleryExecutor(settings, "bench.graphs:io_fanout", graphs.io_fanout, app=app) as sync_ex,
+        CeleryExecutor(settings, "bench.graphs:aio_fanout", graphs.aio_fanout, app=app) as async_ex,
+    ):
+        timings = compare(
+            {
+                "bulksync, sync nodes (time.sleep)": graph_fanout(
+                    graphs.io_fanout.with_executor(sync_ex), n, given
+                ),
+                "bulksync, async nodes (asyncio.sleep)": graph_fanout(
+                    graphs.aio_fanout.with_executor(async_ex), n, given
+                ),
+                "LangGraph in-process, defaults (sync nodes)": graph_fanout(lg_sync, n, given),
+                "LangGraph in-process, max_concurrency=100": graph_fanout(
+                    lg_sync, n, given, config={"max_concurrency": 100}
+                ),
+                "LangGraph in-process async (ainvoke)": graph_fanout(
+                    lg_async, n, given, awaited=True
+                ),
+            },
+            args.repeat,
+            args.warmup,
+        )
     show(timings)
     bs_sync, bs_async, _, lg_tuned, lg_aio = timings.values()
     bound = Timing("limit", [limit])
@@ -326,21 +334,23 @@ def run_wide(args: argparse.Namespace, settings: Settings, app: Any) -> dict[str
     n, seconds = args.wide, args.wide_wait
     given = graphs.waiting_input(n, seconds)
     lg_async = graphs.waiting_builder(graphs.langgraph_api(), graphs.await_).compile()
-    executor = CeleryExecutor(settings, "bench.graphs:aio_fanout", graphs.aio_fanout, app=app)
     print(
         f"\n7. fan-out of {n} async Send tasks that each wait {seconds:g} s: wall time of one "
         f"run, median of {args.repeat}\n   (part 3's workers)"
     )
-    timings = compare(
-        {
-            "bulksync, async nodes (asyncio.sleep)": graph_fanout(
-                graphs.aio_fanout.with_executor(executor), n, given
-            ),
-            "LangGraph in-process async (ainvoke)": graph_fanout(lg_async, n, given, awaited=True),
-        },
-        args.repeat,
-        args.warmup,
-    )
+    with CeleryExecutor(settings, "bench.graphs:aio_fanout", graphs.aio_fanout, app=app) as ex:
+        timings = compare(
+            {
+                "bulksync, async nodes (asyncio.sleep)": graph_fanout(
+                    graphs.aio_fanout.with_executor(ex), n, given
+                ),
+                "LangGraph in-process async (ainvoke)": graph_fanout(
+                    lg_async, n, given, awaited=True
+                ),
+            },
+            args.repeat,
+            args.warmup,
+        )
     show(timings)
     bs, lg = timings.values()
     print("  ratios of medians (time; lower is better for bulksync):")
@@ -348,7 +358,6 @@ def run_wide(args: argparse.Namespace, settings: Settings, app: Any) -> dict[str
     ratio("bulksync / LangGraph async", bs, lg, "(context)")
     target = "issue 10 target: <= 2.00 s" if (n, seconds) == (10_000, 1.0) else "(context)"
     print(f"  {'bulksync, median':<44} {bs.median:7.2f} s {target}")
-    executor.redis.close()
     return timings
 
 
@@ -359,13 +368,16 @@ def run_sequential(args: argparse.Namespace, settings: Settings, app: Any) -> di
     steps = args.steps
     print(f"\n2. sequential graph of {steps} steps: time per step, median of {args.repeat} runs")
     print("   (each saver in a fresh schema, each run on a fresh thread)")
-    with paired_savers(settings.database_url, uuid.uuid4().hex[:8]) as (saver, lg_saver, _, _):
+    with (
+        paired_savers(settings.database_url, uuid.uuid4().hex[:8]) as (saver, lg_saver, _, _),
+        contextlib.ExitStack() as executors,
+    ):
         local = graphs.loop_builder(graphs.BULKSYNC).compile(checkpointer=saver)
-        attached = local.with_executor(
-            CeleryExecutor(settings, "bench.graphs:loop", local, app=app)
-        )
-        bare = graphs.loop.with_executor(
-            CeleryExecutor(settings, "bench.graphs:loop", graphs.loop, app=app)
+        attached, bare = (
+            g.with_executor(
+                executors.enter_context(CeleryExecutor(settings, "bench.graphs:loop", g, app=app))
+            )
+            for g in (local, graphs.loop)
         )
         lg_graph = graphs.loop_builder(graphs.langgraph_api()).compile(checkpointer=lg_saver)
         timings = compare(
@@ -420,11 +432,13 @@ def run_end_to_end(
         fresh_schema(db, f"bench_{tag}_service") as service_url,
         CoordinatorProcess(settings, service_url) as coordinator,
         Client(dataclasses.replace(settings, database_url=service_url)) as client,
+        contextlib.ExitStack() as executors,
     ):
         print("\n4. whole runs of START -> a -> b -> c -> END, each on a new thread")
         print(f"   coordinator: {coordinator.describe()} (its own schema)")
         local_pg = graphs.line_builder(graphs.BULKSYNC).compile(checkpointer=saver)
-        attached = local_pg.with_executor(CeleryExecutor(settings, graph_id, local_pg, app=app))
+        executor = CeleryExecutor(settings, graph_id, local_pg, app=app)
+        attached = local_pg.with_executor(executors.enter_context(executor))
         lg_line = graphs.line_builder(graphs.langgraph_api()).compile()
         lg_pg = graphs.line_builder(graphs.langgraph_api()).compile(checkpointer=lg_saver)
         print(f"   {n} runs one after another: time per run, median of {args.repeat}")
@@ -501,22 +515,21 @@ def run_computing(args: argparse.Namespace, settings: Settings, app: Any) -> Non
 
     n, work = args.cpu, args.cpu_work
     limit = n * work / args.workers
-    graph = graphs.cpu_fanout.with_executor(
-        CeleryExecutor(settings, "bench.graphs:cpu_fanout", graphs.cpu_fanout, app=app)
-    )
     lg_graph = graphs.waiting_builder(graphs.langgraph_api(), graphs.burn).compile()
     given = graphs.waiting_input(n, work)
     print(f"\n6. fan-out of {n} Send tasks that each compute {work * 1000:g} ms of CPU: wall time")
     print(f"   of one run, median of {args.repeat} (the physical limit of one task per worker")
     print(f"   process: {n} x {work:g} s / {args.workers} = {limit:.3f} s)")
-    timings = compare(
-        {
-            f"bulksync, {args.workers} prefork workers": graph_fanout(graph, n, given),
-            "LangGraph in-process (defaults)": graph_fanout(lg_graph, n, given),
-        },
-        args.repeat,
-        args.warmup,
-    )
+    with CeleryExecutor(settings, "bench.graphs:cpu_fanout", graphs.cpu_fanout, app=app) as ex:
+        graph = graphs.cpu_fanout.with_executor(ex)
+        timings = compare(
+            {
+                f"bulksync, {args.workers} prefork workers": graph_fanout(graph, n, given),
+                "LangGraph in-process (defaults)": graph_fanout(lg_graph, n, given),
+            },
+            args.repeat,
+            args.warmup,
+        )
     show(timings)
     bs, lg = timings.values()
     print("  ratios of medians:")

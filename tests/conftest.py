@@ -12,11 +12,14 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from bulksync.settings import Settings
+
+if TYPE_CHECKING:
+    import redis
 
 
 @pytest.fixture
@@ -52,10 +55,20 @@ def redis_url(settings: Settings) -> str:
     import redis
 
     def ping() -> None:
-        redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2).ping()
+        with redis.Redis.from_url(settings.redis_url, socket_connect_timeout=2) as client:
+            client.ping()
 
     require_service("Redis", ping)
     return settings.redis_url
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    """A client of the Redis at ``redis_url``, closed when the test ends."""
+    import redis
+
+    with redis.Redis.from_url(redis_url) as client:
+        yield client
 
 
 @pytest.fixture(scope="session")
@@ -108,6 +121,7 @@ class Cluster:
         self.app = app
         self.runtime = runtime
         self.worker = worker
+        self.attached: list[Any] = []  # executors made for the running test
 
     def register(self, graph: Any, graph_id: str | None = None) -> str:
         """Serve ``graph`` (under a fresh id unless given); return its id."""
@@ -122,11 +136,33 @@ class Cluster:
 
     def attach(self, graph: Any, graph_id: str | None = None, **kw: Any) -> Any:
         """``graph`` bound to a Celery executor whose tasks this worker runs."""
+        return graph.with_executor(self.executor(self.register(graph, graph_id), graph, **kw))
+
+    def executor(
+        self, graph_id: str, graph: Any, settings: Settings | None = None, **kw: Any
+    ) -> Any:
+        """A Celery executor of ``graph`` on this worker's app (with the cluster's settings
+        unless given), closed when the test ends."""
         from bulksync.workers.celery.executor import CeleryExecutor
 
-        graph_id = self.register(graph, graph_id)
-        executor = CeleryExecutor(self.settings, graph_id, graph, app=self.app, **kw)
-        return graph.with_executor(executor)
+        settings = settings or self.settings
+        executor = CeleryExecutor(settings, graph_id, graph, app=self.app, **kw)
+        self.attached.append(executor)
+        return executor
+
+    def close_attached(self) -> None:
+        """Close the executors made for the test (``_attached_executors_closed``)."""
+        while self.attached:
+            self.attached.pop().close()
+
+
+@pytest.fixture(autouse=True)
+def _attached_executors_closed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Close the executors a test attached to the cluster once it ends: their Redis sockets,
+    left to garbage collection, would warn then and fail whichever test runs at the time."""
+    yield
+    if "cluster" in request.fixturenames:
+        request.getfixturevalue("cluster").close_attached()
 
 
 @pytest.fixture(scope="session")

@@ -181,7 +181,7 @@ class Coordinator:
             executors = list(self._executors.values())
         for executor in executors:
             if isinstance(executor, CeleryExecutor):
-                executor.redis.close()
+                executor.close(wait=0 if abandon else None)  # abandoned steps stay in flight
 
     @property
     def active(self) -> list[str]:

@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypedDict
 
@@ -78,7 +78,7 @@ class Message:
 class Published:
     """The messages published for task names starting with ``prefix`` (a graph id)."""
 
-    redis_url: str
+    redis: redis.Redis
     prefix: str = ""
     messages: list[Message] = field(default_factory=list)
     descriptors: list[list[Any]] = field(default_factory=list)
@@ -109,7 +109,7 @@ class Published:
         step_key, descs = args[2], args[5]
         if not isinstance(descs, str):
             return list(descs)
-        data = redis.Redis.from_url(self.redis_url).hget(keys.step(step_key), descs)
+        data = self.redis.hget(keys.step(step_key), descs)
         assert data is not None, f"message names step field {descs!r}, which is not stored"
         return list(wire.SERDE.loads(data))
 
@@ -124,8 +124,8 @@ class Published:
 
 
 @pytest.fixture
-def published(redis_url: str) -> Iterator[Published]:
-    recorder = Published(redis_url)
+def published(redis_client: redis.Redis) -> Iterator[Published]:
+    recorder = Published(redis_client)
     before_task_publish.connect(recorder, weak=False)
     try:
         yield recorder
@@ -139,10 +139,6 @@ def attach(cluster: Any, graph: Any, published: Published | None = None, **kw: A
     if published is not None:
         published.prefix = f"{graph_id}."
     return cluster.attach(graph, graph_id, **kw)
-
-
-def redis_client(cluster: Any) -> redis.Redis:
-    return redis.Redis.from_url(cluster.settings.redis_url)
 
 
 def background(fn: Any) -> tuple[threading.Thread, queue.Queue[Any]]:
@@ -207,7 +203,9 @@ def test_start_maps_the_input_here_unless_a_branch_of_the_users_leaves_it(
     assert [m.name.rpartition(".")[2] for m in published.messages] == ["first", "second"]
 
 
-def test_claim_check_keeps_messages_small(cluster: Any, published: Published) -> None:
+def test_claim_check_keeps_messages_small(
+    cluster: Any, published: Published, redis_client: redis.Redis
+) -> None:
     graph = squares_graph(500, payload=2000)
     blob = "x" * 5_000_000
     out = attach(cluster, graph, published).invoke({"log": [], "blob": blob})
@@ -221,7 +219,7 @@ def test_claim_check_keeps_messages_small(cluster: Any, published: Published) ->
     step_keys = {m.args[2] for m in published.messages}
     assert len(step_keys) == 3
     for step_key in step_keys:
-        assert wait_gone(redis_client(cluster), keys.step(step_key), keys.inbox(step_key))
+        assert wait_gone(redis_client, keys.step(step_key), keys.inbox(step_key))
 
 
 def wait_gone(client: redis.Redis, *names: str) -> bool:
@@ -241,7 +239,7 @@ def result_keys(task_ids: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("saver", [None, InMemorySaver()], ids=["no saver", "saver"])
 def test_a_committed_steps_results_leave_redis(
-    cluster: Any, published: Published, saver: Any
+    cluster: Any, published: Published, redis_client: redis.Redis, saver: Any
 ) -> None:
     # No restart dispatches a step again once its checkpoint is committed (or, without a
     # saver, once it is applied): its results go then, not after result_ttl (a day).
@@ -250,11 +248,11 @@ def test_a_committed_steps_results_leave_redis(
     assert graph.invoke({"log": []}, config)["note"] == "20 squares"
     tasks = published.tasks()
     assert len(tasks) == 1 + 20 + 1
-    assert wait_gone(redis_client(cluster), *result_keys(tasks))
+    assert wait_gone(redis_client, *result_keys(tasks))
 
 
 def test_under_durability_exit_results_stay_for_a_restart(
-    cluster: Any, published: Published
+    cluster: Any, published: Published, redis_client: redis.Redis
 ) -> None:
     # A durability="exit" run stores nothing before its end: a restart runs it from its start
     # and must find the results of the tasks that ran.
@@ -267,7 +265,7 @@ def test_under_durability_exit_results_stay_for_a_restart(
     # A run after it, whose results go: the gatherer has deleted what it was asked to.
     config = {"configurable": {"thread_id": uuid.uuid4().hex}}
     assert graph.invoke({"log": []}, config)["note"] == "5 squares"
-    client = redis_client(cluster)
+    client = redis_client
     assert wait_gone(client, *result_keys(published.tasks()))
     try:
         assert client.exists(*kept) == len(kept)
@@ -347,15 +345,12 @@ def test_every_message_of_a_step_has_its_task_sent_event(
     fan = b.compile()
     published.prefix = f"{cluster.register(fan)}."
     four = dataclasses.replace(cluster.settings, target_messages=4)
-    executor = CeleryExecutor(four, published.prefix[:-1], fan, app=cluster.app)
+    executor = cluster.executor(published.prefix[:-1], fan, four)
     listener = threading.Thread(target=capture, daemon=True)
     listener.start()
     assert receiving.wait(RELEASE_WAIT)
     time.sleep(0.5)  # the receiver's queue is bound once it consumes
-    try:
-        assert sorted(fan.with_executor(executor).invoke({"done": []})["done"]) == list(range(20))
-    finally:
-        executor.redis.close()
+    assert sorted(fan.with_executor(executor).invoke({"done": []})["done"]) == list(range(20))
     listener.join(RELEASE_WAIT)
     work = [m for m in published.messages if m.name.endswith(".work")]
     assert len(work) > 1
@@ -384,11 +379,8 @@ def test_an_async_nodes_tasks_ride_more_to_a_message(cluster: Any, published: Pu
         fan = b.compile()
         published.prefix = f"{cluster.register(fan)}."
         published.messages.clear()
-        executor = CeleryExecutor(settings, published.prefix[:-1], fan, app=cluster.app)
-        try:
-            out = fan.with_executor(executor).invoke({"done": []})
-        finally:
-            executor.redis.close()
+        executor = cluster.executor(published.prefix[:-1], fan, settings)
+        out = fan.with_executor(executor).invoke({"done": []})
         assert sorted(out["done"]) == list(range(12))
         assert len([m for m in published.messages if m.name.endswith(".work")]) == messages
 
@@ -477,7 +469,9 @@ def test_the_executors_task_time_limit_stops_a_sync_node(cluster: Any) -> None:
 # -- cancellation ----------------------------------------------------------------------
 
 
-def test_cancel_run_stops_the_step_and_applies_no_later_writes(cluster: Any) -> None:
+def test_cancel_run_stops_the_step_and_applies_no_later_writes(
+    cluster: Any, redis_client: redis.Redis
+) -> None:
     release = threading.Event()
     started: queue.Queue[str] = queue.Queue()
     finished: queue.Queue[str] = queue.Queue()
@@ -510,7 +504,7 @@ def test_cancel_run_stops_the_step_and_applies_no_later_writes(cluster: Any) -> 
             "left",
             "right",
         }
-        cancel_run(redis_client(cluster), run_id, cluster.settings)
+        cancel_run(redis_client, run_id, cluster.settings)
         result = outcome.get(timeout=RELEASE_WAIT)
     finally:
         release.set()
@@ -538,7 +532,7 @@ def test_message_for_an_unloaded_graph_fails_the_run(cluster: Any) -> None:
     graph = b.compile()
     loaded = cluster.register(graph)  # the worker serves this graph under another id
     unknown = f"tests.not_loaded_{uuid.uuid4().hex[:8]}:graph"
-    executor = CeleryExecutor(cluster.settings, unknown, graph, app=cluster.app)
+    executor = cluster.executor(unknown, graph)
     with pytest.raises(UnknownGraphError) as info:
         graph.with_executor(executor).invoke({"log": []})
     message = str(info.value)
@@ -547,13 +541,69 @@ def test_message_for_an_unloaded_graph_fails_the_run(cluster: Any) -> None:
     assert loaded in message  # what the worker did load
 
 
+# -- closing the executor ----------------------------------------------------------------
+
+
+def named_executor(cluster: Any, graph: Any) -> tuple[CeleryExecutor, Callable[[], int]]:
+    """An executor of ``graph`` whose Redis connections carry a name of their own, and how
+    many of those Redis has open."""
+    name = f"executor-{uuid.uuid4().hex[:8]}"
+    url = f"{cluster.settings.redis_url}?client_name={name}"
+    settings = dataclasses.replace(cluster.settings, redis_url=url)
+    executor = CeleryExecutor(settings, cluster.register(graph), graph, app=cluster.app)
+
+    def connections() -> int:
+        with redis.Redis.from_url(cluster.settings.redis_url) as client:
+            return sum(1 for c in client.client_list() if c.get("name") == name)
+
+    return executor, connections
+
+
+def test_closing_the_executor_closes_its_redis_connections(cluster: Any) -> None:
+    b = StateGraph(Log)
+    b.add_node("hello", lambda s: {"log": ["hello"]})
+    b.add_edge(START, "hello")
+    graph = b.compile()
+    executor, connections = named_executor(cluster, graph)
+    with executor:
+        assert graph.with_executor(executor).invoke({"log": []}) == {"log": ["hello"]}
+        assert connections() > 0
+    assert connections() == 0
+
+
+def test_a_step_in_flight_when_the_executor_closes_reconnects(
+    cluster: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    release = threading.Event()
+
+    def hold(state: Log) -> dict[str, Any]:
+        release.wait(RELEASE_WAIT)
+        return {"log": ["held"]}
+
+    b = StateGraph(Log)
+    b.add_node("hold", hold)
+    b.add_edge(START, "hold")
+    graph = b.compile()
+    executor, connections = named_executor(cluster, graph)
+    _, out = background(lambda: graph.with_executor(executor).invoke({"log": []}))
+    deadline = time.monotonic() + RELEASE_WAIT
+    while executor.gatherer.steps == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the step is dispatched and gathered
+    executor.close(wait=0.1)
+    assert "closed while 1 of its steps were in flight: they reconnect" in caplog.text
+    release.set()
+    assert out.get(timeout=RELEASE_WAIT) == {"log": ["held"]}
+    executor.close()
+    assert connections() == 0
+
+
 # -- duplicate delivery ----------------------------------------------------------------
 
 
 def test_duplicate_delivery_runs_the_node_once_and_keeps_the_first_result(
-    cluster: Any, published: Published
+    cluster: Any, published: Published, redis_client: redis.Redis
 ) -> None:
-    r = redis_client(cluster)
+    r = redis_client
     counter = f"bulksync-test:runs:{uuid.uuid4().hex}"
     release = threading.Event()
 
@@ -616,11 +666,11 @@ def test_duplicate_delivery_runs_the_node_once_and_keeps_the_first_result(
     assert chunks.empty()
 
 
-def test_first_recorded_result_wins(cluster: Any) -> None:
+def test_first_recorded_result_wins(cluster: Any, redis_client: redis.Redis) -> None:
     from bulksync.coordinator.executor import TaskResult
 
     runtime = cluster.runtime
-    r = redis_client(cluster)
+    r = redis_client
     step_key, task_id = uuid.uuid4().hex, str(uuid.uuid4())  # no answers: the slot is the id
     r.hset(keys.step(step_key), keys.STATE_FIELD, b"live")
     r.expire(keys.step(step_key), 600)
@@ -696,7 +746,9 @@ def test_unserializable_write_names_the_node_and_channel(cluster: Any) -> None:
     assert "Opaque" in message
 
 
-def test_a_step_whose_redis_keys_vanish_is_dispatched_again(cluster: Any) -> None:
+def test_a_step_whose_redis_keys_vanish_is_dispatched_again(
+    cluster: Any, redis_client: redis.Redis
+) -> None:
     """Redis losing a step (a restart without persistence): the coordinator notices and
     dispatches the unfinished tasks again; a task that finished meanwhile is not rerun."""
     release = threading.Event()
@@ -715,7 +767,7 @@ def test_a_step_whose_redis_keys_vanish_is_dispatched_again(cluster: Any) -> Non
     b.add_edge("work", END)
     graph = b.compile()
     remote = attach(cluster, graph)
-    r = redis_client(cluster)
+    r = redis_client
     before = set(r.scan_iter(match=keys.step("*"), count=10_000))
     _, outcome = background(lambda: remote.invoke({"log": []}))
     try:

@@ -57,7 +57,7 @@ def amqp_worker(amqp_settings: Settings) -> Iterator[Any]:
 
 
 def test_a_fan_out_runs_over_rabbitmq(amqp_settings: Settings, amqp_worker: Any) -> None:
-    executor = CeleryExecutor(amqp_settings, "bulksync.demo:graph", graph, app=amqp_worker)
-    out: dict[str, Any] = graph.with_executor(executor).invoke(demo_input(12))
+    with CeleryExecutor(amqp_settings, "bulksync.demo:graph", graph, app=amqp_worker) as executor:
+        out: dict[str, Any] = graph.with_executor(executor).invoke(demo_input(12))
     assert out == graph.invoke(demo_input(12))
     assert len(out["jokes"]) == 12

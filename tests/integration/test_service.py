@@ -530,7 +530,7 @@ def test_a_second_coordinator_takes_over_a_lost_run(service: Service) -> None:
     assert run.output == {"items": items, "done": [10, 20, 30], "total": 60}
     # Tasks finished before the takeover were not run again.
     assert [service.count(n) for n in ("start", "work", "total")] == [1, len(items), 1]
-    executor.inner.redis.close()  # the dead coordinator's loop thread holds it forever
+    executor.inner.close()  # the dead coordinator's loop thread holds it forever
 
 
 # --- the command line -----------------------------------------------------------------------

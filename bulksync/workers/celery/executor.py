@@ -28,6 +28,7 @@ with ``WorkerLostError``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,6 +47,8 @@ from bulksync.workers.celery.publish import DirectPublisher
 from bulksync.workers.celery.step import CeleryStep
 from bulksync.workers.execute import run_task
 from bulksync.workers.registry import walk_specs
+
+log = logging.getLogger(__name__)
 
 
 class CeleryExecutor:
@@ -66,6 +69,7 @@ class CeleryExecutor:
     ) -> None:
         self.settings = settings
         self.graph_id = graph_id
+        self._own_app = app is None
         self.app = app or make_app(settings)
         self.default_timeout = default_timeout or settings.task_timeout
         # One pool for every run this process drives, sized by a setting; a call finding it
@@ -75,6 +79,28 @@ class CeleryExecutor:
         direct = DirectPublisher.for_app(self.app, settings)
         self.outbox = Outbox(self.redis, direct, settings.max_merged) if direct else None
         self._paths = {id(spec): path for path, spec in walk_specs(graph)}
+
+    def close(self, wait: float | None = None) -> None:
+        """Close the executor's Redis connections, and its Celery app's broker connections
+        when it made the app: for when no run uses it any more (``with CeleryExecutor(...)
+        as executor:`` closes it at the end). Its gatherer is given ``wait`` seconds
+        (default ``idle_wait``) to let go of the steps it gathered; steps still in flight
+        then reconnect."""
+        if not self.gatherer.join(self.settings.idle_wait if wait is None else wait):
+            log.warning(
+                "executor of graph %s closed while %d of its steps were in flight: they reconnect",
+                self.graph_id,
+                self.gatherer.steps,
+            )
+        self.redis.close()
+        if self._own_app:
+            self.app.close()
+
+    def __enter__(self) -> CeleryExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def submit(
         self,

@@ -137,6 +137,16 @@ class Gatherer:
         with self._lock:
             self._steps.pop(step.inbox, None)
 
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the thread to end, as it does soon after no
+        step is left; whether it has ended."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
+
     @property
     def steps(self) -> int:
         """How many steps are gathered now."""
