@@ -103,22 +103,24 @@ class PrivateRedis:
         argv += ["--dir", str(self.dir), "--save", "", "--appendonly", "no"]
         with (self.dir / "redis.log").open("ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-        client = redis.Redis(port=self.port, socket_connect_timeout=1)
-        deadline = time.monotonic() + START_WAIT
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        client.close()
+        with redis.Redis(port=self.port, socket_connect_timeout=1) as client:
+            deadline = time.monotonic() + START_WAIT
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
 
     def stop(self) -> None:
         """Save the data set and shut down (what a restart of a persistent Redis does)."""
-        with contextlib.suppress(redis.ConnectionError):  # it drops the connection as it exits
-            redis.Redis(port=self.port).shutdown(save=True)
+        with (
+            redis.Redis(port=self.port) as client,
+            contextlib.suppress(redis.ConnectionError),  # it drops the connection as it exits
+        ):
+            client.shutdown(save=True)
         if self.proc is not None:
             self.proc.wait(START_WAIT)
             self.proc = None

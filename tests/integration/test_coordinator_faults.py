@@ -293,7 +293,7 @@ class Scene:
         self.client = stack.enter_context(Client(settings))
         self.saver = stack.enter_context(PostgresSaver.from_conn_string(database_url, max_size=2))
         self.saver.setup()  # before any coordinator, so none races it over the migrations
-        self.redis = redis.Redis.from_url(settings.redis_url)
+        self.redis = stack.enter_context(redis.Redis.from_url(settings.redis_url))
         self.coordinators: list[Proc] = []
         self.run_id: str | None = None
 
@@ -357,7 +357,6 @@ class Scene:
             stop(proc)
         for name in self.redis.scan_iter(f"{self.key()}:*", count=10_000):
             self.redis.expire(name, 60)  # a task finishing late writes nothing that lasts
-        self.redis.close()
 
 
 @pytest.fixture

@@ -80,8 +80,10 @@ def background(fn: Any) -> queue.Queue[Any]:
 # -- item 8: a message delivered twice runs once ---------------------------------------
 
 
-def test_every_message_published_twice_runs_each_task_once(cluster: Any) -> None:
-    r = redis.Redis.from_url(cluster.settings.redis_url)
+def test_every_message_published_twice_runs_each_task_once(
+    cluster: Any, redis_client: redis.Redis
+) -> None:
+    r = redis_client
     prefix = f"bulksync-test:dup:{uuid.uuid4().hex}"
     n = 200
 
@@ -129,8 +131,10 @@ def test_every_message_published_twice_runs_each_task_once(cluster: Any) -> None
 # -- item 10: a cancelled batch stops between its tasks --------------------------------
 
 
-def test_cancel_mid_batch_runs_no_further_task_of_the_batch(cluster: Any) -> None:
-    r = redis.Redis.from_url(cluster.settings.redis_url)
+def test_cancel_mid_batch_runs_no_further_task_of_the_batch(
+    cluster: Any, redis_client: redis.Redis
+) -> None:
+    r = redis_client
     key = f"bulksync-test:batch:{uuid.uuid4().hex}"
     started: queue.Queue[int] = queue.Queue()
     release = threading.Event()
@@ -150,7 +154,7 @@ def test_cancel_mid_batch_runs_no_further_task_of_the_batch(cluster: Any) -> Non
     graph_id = cluster.register(graph)
     # One message carries the whole fan-out.
     settings = dataclasses.replace(cluster.settings, target_messages=1, max_batch=n)
-    executor = CeleryExecutor(settings, graph_id, graph, app=cluster.app)
+    executor = cluster.executor(graph_id, graph, settings)
     run_id = f"batch-{uuid.uuid4().hex}"
     config = {"configurable": {"thread_id": run_id}, "run_id": run_id}
     done = threading.Event()
@@ -298,9 +302,13 @@ class Fleet:
     def run(self, run_id: str = "") -> queue.Queue[Any]:
         """Invoke the graph on the fleet from a thread; its output (or error) lands in a queue."""
         graph = self.module.graph
-        executor = CeleryExecutor(self.settings, f"{self.name}:graph", graph)
         config = {"run_id": run_id} if run_id else None
-        return background(lambda: graph.with_executor(executor).invoke({"log": []}, config))
+
+        def invoke() -> Any:
+            with CeleryExecutor(self.settings, f"{self.name}:graph", graph) as executor:
+                return graph.with_executor(executor).invoke({"log": []}, config)
+
+        return background(invoke)
 
     def outcome(self, out: queue.Queue[Any]) -> Any:
         try:
@@ -321,7 +329,7 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, settings: Settings, redis_url: str) -> Iterator[Fleet]:
+def fleet(tmp_path: Path, settings: Settings, redis_client: redis.Redis) -> Iterator[Fleet]:
     name = f"bulksync_it_delivery_{uuid.uuid4().hex[:10]}"
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(GRAPH_MODULE))
     sys.path.insert(0, str(tmp_path))
@@ -330,8 +338,9 @@ def fleet(tmp_path: Path, settings: Settings, redis_url: str) -> Iterator[Fleet]
     fleet_settings = dataclasses.replace(
         settings, queue=queue_name, claim_lease=LEASE, claim_heartbeat=LEASE / 3
     )
-    client = redis.Redis.from_url(settings.redis_url)
-    fleet = Fleet(tmp_path, name, importlib.import_module(name), fleet_settings, prefix, client)
+    fleet = Fleet(
+        tmp_path, name, importlib.import_module(name), fleet_settings, prefix, redis_client
+    )
     try:
         yield fleet
     finally:
@@ -342,9 +351,9 @@ def fleet(tmp_path: Path, settings: Settings, redis_url: str) -> Iterator[Fleet]
             proc.wait()
         sys.path.remove(str(tmp_path))
         sys.modules.pop(name, None)
-        for key in client.scan_iter(f"{prefix}:*", count=10_000):
-            client.delete(key)
-        client.delete(queue_name)
+        for key in redis_client.scan_iter(f"{prefix}:*", count=10_000):
+            redis_client.delete(key)
+        redis_client.delete(queue_name)
 
 
 def started(fleet: Fleet, want: Any) -> tuple[int, int, int]:
@@ -406,13 +415,13 @@ def test_poison_task_fails_the_run_after_max_deliveries(fleet: Fleet) -> None:
 
 def test_message_lost_from_the_broker_is_published_again(fleet: Fleet) -> None:
     fleet.settings = dataclasses.replace(fleet.settings, unstarted_grace=2.0)
-    broker = redis.Redis.from_url(fleet.settings.broker_url)
-    out = fleet.run()  # no worker yet: the first step's one message waits in the queue
-    deadline = time.monotonic() + WAIT
-    while broker.llen(fleet.settings.queue) < 1:
-        assert time.monotonic() < deadline, "the step's message was never queued"
-        time.sleep(0.05)  # waiting for the coordinator's publishing thread
-    assert broker.lpop(fleet.settings.queue) is not None  # the message is lost
+    with redis.Redis.from_url(fleet.settings.broker_url) as broker:
+        out = fleet.run()  # no worker yet: the first step's one message waits in the queue
+        deadline = time.monotonic() + WAIT
+        while broker.llen(fleet.settings.queue) < 1:
+            assert time.monotonic() < deadline, "the step's message was never queued"
+            time.sleep(0.05)  # waiting for the coordinator's publishing thread
+        assert broker.lpop(fleet.settings.queue) is not None  # the message is lost
     fleet.start(1, "")
     result = fleet.outcome(out)
     assert result == fleet.undisturbed(), fleet.output()

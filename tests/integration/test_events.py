@@ -37,23 +37,23 @@ def heard_both_ways(settings: Settings, send: Callable[[Any], None]) -> list[byt
     app = make_app(settings)
     assert issubclass(app.events.Dispatcher, EventDispatcher)
     hostname = f"test-events-{uuid.uuid4().hex[:8]}@here"
-    r = redis.Redis.from_url(settings.redis_url)
-    listener = r.pubsub(ignore_subscribe_messages=True)
-    listener.psubscribe("*celeryev*")
-    while listener.get_message(timeout=WAIT) is None and not listener.subscribed:
-        pass
-    with app.connection_for_write() as conn:
-        for kind in (stock_dispatcher(app), app.events.Dispatcher):
-            with kind(conn, hostname=hostname, buffer_group={"task"}) as dispatcher:
-                send(dispatcher)
-    heard: list[bytes] = []
-    deadline = time.monotonic() + WAIT
-    while len(heard) < 2 and time.monotonic() < deadline:
-        got = listener.get_message(timeout=0.1)
-        if got is not None and hostname.encode() in got["data"]:
-            heard.append(got["data"])
-    listener.close()
-    r.close()
+    with (
+        redis.Redis.from_url(settings.redis_url) as r,
+        r.pubsub(ignore_subscribe_messages=True) as listener,
+    ):
+        listener.psubscribe("*celeryev*")
+        while listener.get_message(timeout=WAIT) is None and not listener.subscribed:
+            pass
+        with app.connection_for_write() as conn:
+            for kind in (stock_dispatcher(app), app.events.Dispatcher):
+                with kind(conn, hostname=hostname, buffer_group={"task"}) as dispatcher:
+                    send(dispatcher)
+        heard: list[bytes] = []
+        deadline = time.monotonic() + WAIT
+        while len(heard) < 2 and time.monotonic() < deadline:
+            got = listener.get_message(timeout=0.1)
+            if got is not None and hostname.encode() in got["data"]:
+                heard.append(got["data"])
     assert len(heard) == 2, heard
     return heard
 

@@ -24,7 +24,6 @@ from bulksync.graph import START, StateGraph
 from bulksync.service.cancel import cancel_run
 from bulksync.types import Send
 from bulksync.workers.celery import delivery, recorder
-from bulksync.workers.celery.executor import CeleryExecutor
 from tests.integration.test_delivery import WAIT, background
 from tests.integration.test_recorder import CountingRedis
 
@@ -65,9 +64,7 @@ def _fanout(cluster: Any, work: Callable[..., Any], timeout: float | None = None
     graph = b.compile()
     graph_id = cluster.register(graph)
     one_message = dataclasses.replace(cluster.settings, target_messages=1)
-    executor = CeleryExecutor(
-        one_message, graph_id, graph, app=cluster.app, default_timeout=timeout
-    )
+    executor = cluster.executor(graph_id, graph, one_message, default_timeout=timeout)
     return graph.with_executor(executor)
 
 
@@ -102,7 +99,7 @@ def test_async_tasks_of_a_message_run_at_once_on_one_loop(
 
 
 def test_a_cancelled_run_stops_every_running_async_task_of_a_message(
-    cluster: Any, worker_settings: Any
+    cluster: Any, worker_settings: Any, redis_client: redis.Redis
 ) -> None:
     worker_settings(task_threads=2, cancel_poll=0.05)
     stopper = cluster.runtime.stopper()
@@ -124,7 +121,7 @@ def test_a_cancelled_run_stops_every_running_async_task_of_a_message(
     graph = _fanout(cluster, work)
     outcome = background(lambda: graph.invoke({"out": []}, {"run_id": run_id}))
     assert sorted(running.get(timeout=WAIT) for _ in range(TASKS)) == list(range(TASKS))
-    cancel_run(redis.Redis.from_url(cluster.settings.redis_url), run_id, cluster.settings)
+    cancel_run(redis_client, run_id, cluster.settings)
     assert isinstance(outcome.get(timeout=WAIT), TaskCancelledError)
     assert sorted(cancelled.get(timeout=WAIT) for _ in range(TASKS)) == list(range(TASKS))
     # The message's tasks share one scope, which the stopper watches once for them all.

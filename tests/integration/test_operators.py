@@ -115,6 +115,7 @@ class Fleet:
     settings: Settings
     workers: list[WorkerProcess]
     env: dict[str, str]
+    executor: CeleryExecutor  # the fleet's, for the graph run in this process
 
     @property
     def graph_id(self) -> str:
@@ -122,8 +123,7 @@ class Fleet:
 
     def attached(self) -> Any:
         """The module's graph, its tasks run by the fleet."""
-        executor = CeleryExecutor(self.settings, self.graph_id, self.module.graph)
-        return self.module.graph.with_executor(executor)
+        return self.module.graph.with_executor(self.executor)
 
     def ran(self, node: str) -> int:
         """How many times ``node`` ran (to its end or its error)."""
@@ -152,6 +152,7 @@ def fleet(
     }
     fleet_settings = dataclasses.replace(settings, queue=queue)
     workers: list[WorkerProcess] = []
+    app = make_app(fleet_settings)
     try:
         for i, log_format in enumerate(("text", "json")):
             hostname = f"w{i}-{queue}@localhost"
@@ -176,11 +177,12 @@ def fleet(
                     start_new_session=True,
                 )
             workers.append(WorkerProcess(proc, hostname, module, fleet_settings, log))
-        app = make_app(fleet_settings)
         for worker in workers:
             wait_ready(app, worker)
-        yield Fleet(directory, module, fleet_settings, workers, env)
+        with CeleryExecutor(fleet_settings, f"{name}:graph", module.graph, app=app) as executor:
+            yield Fleet(directory, module, fleet_settings, workers, env, executor)
     finally:
+        app.close()
         for worker in workers:
             stop(worker)
         sys.path.remove(str(directory))
@@ -252,9 +254,10 @@ def wait_until(check: Callable[[], Any], what: str) -> Any:
 
 def unacked_ids(settings: Settings) -> set[str]:
     """Message ids a Redis broker holds as delivered but not acknowledged."""
-    client = redis.Redis.from_url(settings.broker_url)
+    with redis.Redis.from_url(settings.broker_url) as client:
+        unacked = client.hvals("unacked")
     found = set()
-    for raw in client.hvals("unacked"):
+    for raw in unacked:
         with contextlib.suppress(ValueError, KeyError, IndexError):
             found.add(json.loads(raw)[0]["headers"]["id"])
     return found
@@ -290,7 +293,8 @@ def test_node_errors_are_celery_failures_recorded_first(fleet: Fleet) -> None:
     # Acknowledged like any message: no redelivery, each node ran exactly once.
     ids = {e["uuid"] for node in failures for e in failures[node]}
     assert not ids & unacked_ids(fleet.settings)
-    assert redis.Redis.from_url(fleet.settings.broker_url).llen(fleet.settings.queue) == 0
+    with redis.Redis.from_url(fleet.settings.broker_url) as broker:
+        assert broker.llen(fleet.settings.queue) == 0
     assert {n: fleet.ran(n) for n in ("explode", "unstorable", "slow", "fine")} == {
         "explode": 1,
         "unstorable": 1,
@@ -544,7 +548,6 @@ def test_malformed_message_is_rejected_once_and_workers_go_on(fleet: Fleet) -> N
         conn.Producer(serializer="msgpack").publish(
             body, routing_key=fleet.settings.queue, exchange="", headers=headers
         )
-    broker = redis.Redis.from_url(fleet.settings.broker_url)
 
     def handled() -> bool:
         return message_id in fleet.output() or any(w.proc.poll() is not None for w in fleet.workers)
@@ -554,7 +557,8 @@ def test_malformed_message_is_rejected_once_and_workers_go_on(fleet: Fleet) -> N
     # Logged once, naming the message; rejected without requeue: nowhere in the broker.
     lines = [line for line in fleet.output().splitlines() if message_id in line]
     assert len(lines) == 1 and "rejected" in lines[0] and "arguments" in lines[0], lines
-    assert broker.llen(fleet.settings.queue) == 0
+    with redis.Redis.from_url(fleet.settings.broker_url) as broker:
+        assert broker.llen(fleet.settings.queue) == 0
     assert message_id not in unacked_ids(fleet.settings)
     # And the workers go on running graphs.
     assert fleet.attached().invoke({"kind": "fine"})["value"] == 42

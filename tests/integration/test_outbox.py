@@ -17,7 +17,6 @@ import redis
 from bulksync.errors import TaskCancelledError, UnknownGraphError
 from bulksync.graph import END, START, StateGraph
 from bulksync.service.cancel import cancel_run
-from bulksync.workers.celery.executor import CeleryExecutor
 from bulksync.workers.celery.outbox import Outbox
 from tests.integration.test_delivery import WAIT, background
 from tests.integration.test_message_tasks import Peak
@@ -59,7 +58,7 @@ def gated(cluster: Any, work: Callable[[Item], Any], company: int) -> tuple[Any,
     b.add_edge(START, "work")
     b.add_edge("work", END)
     graph = b.compile()
-    executor = CeleryExecutor(cluster.settings, cluster.register(graph), graph, app=cluster.app)
+    executor = cluster.executor(cluster.register(graph), graph)
     assert executor.outbox is not None, "the test's broker is its Redis: the direct path"
     executor.outbox = outbox = Gated(executor.outbox, company)
     return graph.with_executor(executor), outbox
@@ -109,7 +108,7 @@ def test_slow_waiting_tasks_of_a_shared_message_run_at_once(cluster: Any) -> Non
 
 
 def test_cancelling_a_run_never_revokes_a_message_it_shares(
-    cluster: Any, monkeypatch: pytest.MonkeyPatch
+    cluster: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     revoked: list[Any] = []
     monkeypatch.setattr(cluster.app.control, "revoke", lambda ids, **kw: revoked.append(ids))
@@ -131,7 +130,7 @@ def test_cancelling_a_run_never_revokes_a_message_it_shares(
         assert started.acquire(timeout=WAIT)
     assert [len(b) for b in outbox.batches] == [1, 2]
     victim = ids.index(outbox.runs[1][0])  # one of the two runs that shared a message
-    cancel_run(redis.Redis.from_url(cluster.settings.redis_url), ids[victim], cluster.settings)
+    cancel_run(redis_client, ids[victim], cluster.settings)
     assert isinstance(outcomes[victim].get(timeout=WAIT), TaskCancelledError)
     go.set()
     for i in {0, 1, 2} - {victim}:
@@ -147,7 +146,7 @@ def test_a_shared_message_for_an_unloaded_graph_fails_each_of_its_runs(cluster: 
     graph = b.compile()
     loaded = cluster.register(graph)
     unknown = f"tests.not_loaded_{uuid.uuid4().hex[:8]}:graph"
-    executor = CeleryExecutor(cluster.settings, unknown, graph, app=cluster.app)
+    executor = cluster.executor(unknown, graph)
     assert executor.outbox is not None
     executor.outbox = outbox = Gated(executor.outbox, 2)
     outcomes = runs(graph.with_executor(executor), 3)
@@ -157,10 +156,9 @@ def test_a_shared_message_for_an_unloaded_graph_fails_each_of_its_runs(cluster: 
         assert f"graph '{unknown}'" in str(error) and loaded in str(error)
 
 
-def test_a_steps_error_fails_that_step_only(redis_url: str, cluster: Any) -> None:
-    r = redis.Redis.from_url(redis_url)
+def test_a_steps_error_fails_that_step_only(redis_client: redis.Redis, cluster: Any) -> None:
     key = f"bulksync-test-outbox-{uuid.uuid4().hex}"
-    r.set(key, "not a number", ex=60)
+    redis_client.set(key, "not a number", ex=60)
     _, outbox = gated(cluster, lambda s: {}, company=3)
 
     def broken(pipe: Any) -> None:

@@ -35,7 +35,8 @@ WAIT = 10.0
 def own_queue(settings: Settings, redis_url: str) -> Iterator[Settings]:
     queue = f"bulksync-test-publish-{uuid.uuid4().hex[:8]}"
     yield dataclasses.replace(settings, queue=queue)
-    redis.Redis.from_url(redis_url).delete(queue)
+    with redis.Redis.from_url(redis_url) as r:
+        r.delete(queue)
 
 
 def message(queue: str, task_id: str) -> Outgoing:
@@ -75,25 +76,26 @@ def published_both_ways(settings: Settings) -> tuple[list[bytes], list[bytes]]:
     app = make_app(settings)
     direct = DirectPublisher.for_app(app, settings)
     assert direct is not None, "the test's broker is its Redis: the direct path applies"
-    r = redis.Redis.from_url(settings.redis_url)
-    listener = r.pubsub(ignore_subscribe_messages=True)
-    listener.subscribe(direct.events_topic)
-    while listener.get_message(timeout=WAIT) is None and not listener.subscribed:
-        pass
-    task_id = str(uuid.uuid4())
-    send(app, [message(settings.queue, task_id)])
-    pipe = r.pipeline(transaction=False)
-    direct.queue(pipe, [message(settings.queue, task_id)])
-    pipe.execute()
-    stored = [r.rpop(settings.queue), r.rpop(settings.queue)]
-    heard: list[bytes] = []
-    deadline = time.monotonic() + WAIT
-    while len(heard) < 2 and time.monotonic() < deadline:
-        got = listener.get_message(timeout=0.1)
-        # Only this test's: the session's worker may still be sending events of its tasks.
-        if got is not None and any(e.get("uuid") == task_id for e in events(got["data"])[1]):
-            heard.append(got["data"])
-    listener.close()
+    with (
+        redis.Redis.from_url(settings.redis_url) as r,
+        r.pubsub(ignore_subscribe_messages=True) as listener,
+    ):
+        listener.subscribe(direct.events_topic)
+        while listener.get_message(timeout=WAIT) is None and not listener.subscribed:
+            pass
+        task_id = str(uuid.uuid4())
+        send(app, [message(settings.queue, task_id)])
+        pipe = r.pipeline(transaction=False)
+        direct.queue(pipe, [message(settings.queue, task_id)])
+        pipe.execute()
+        stored = [r.rpop(settings.queue), r.rpop(settings.queue)]
+        heard: list[bytes] = []
+        deadline = time.monotonic() + WAIT
+        while len(heard) < 2 and time.monotonic() < deadline:
+            got = listener.get_message(timeout=0.1)
+            # Only this test's: the session's worker may still be sending events of its tasks.
+            if got is not None and any(e.get("uuid") == task_id for e in events(got["data"])[1]):
+                heard.append(got["data"])
     assert all(isinstance(m, bytes) for m in stored) and len(heard) == 2
     return stored, heard  # type: ignore[return-value]
 

@@ -30,6 +30,7 @@ def cache(redis_url: str) -> Any:
     made = RedisCache(redis_url, prefix=f"bulksync-test:{uuid.uuid4().hex[:8]}:")
     yield made
     made.clear()
+    made.client.close()
 
 
 def test_get_returns_only_the_entries_set(cache: RedisCache) -> None:
@@ -60,6 +61,7 @@ def test_clear_drops_the_namespaces_given_or_all_of_its_prefix(
         assert other.get([(NS_A, "k")]) == {(NS_A, "k"): "kept"}
     finally:
         other.clear()
+        other.client.close()
 
 
 def test_a_value_that_cannot_be_stored_fails_when_set(cache: RedisCache) -> None:
@@ -73,8 +75,10 @@ def test_an_empty_prefix_is_refused() -> None:
 
 
 def test_a_client_decoding_responses_is_refused(redis_url: str) -> None:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
-    with pytest.raises(ValueError, match="without decode_responses=True"):
+    with (
+        redis.Redis.from_url(redis_url, decode_responses=True) as client,
+        pytest.raises(ValueError, match="without decode_responses=True"),
+    ):
         RedisCache(client)
 
 
@@ -109,9 +113,9 @@ def test_graphs_share_node_results_through_redis(cache: RedisCache, redis_url: s
     runs: list[str] = []
     first = _graph(runs, cache).invoke({"q": "cats", "log": []})
     # Another graph, another cache object on the same prefix: as another process would be.
-    again = _graph(runs, RedisCache(redis_url, prefix=cache.prefix)).invoke(
-        {"q": "cats", "log": []}
-    )
+    another = RedisCache(redis_url, prefix=cache.prefix)
+    again = _graph(runs, another).invoke({"q": "cats", "log": []})
+    another.client.close()
     assert first == again == {"q": "cats", "log": ["found cats"]}
     assert runs == ["cats"]
 

@@ -147,7 +147,7 @@ def wait_ready(app: Any, proc: subprocess.Popen[bytes], hostname: str, log: Path
 
 
 @pytest.fixture
-def fleet(tmp_path: Path, settings: Settings, redis_url: str) -> Iterator[Fleet]:
+def fleet(tmp_path: Path, settings: Settings, redis_client: redis.Redis) -> Iterator[Fleet]:
     name = f"bulksync_it_faults_{uuid.uuid4().hex[:10]}"
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(GRAPH_MODULE))
     sys.path.insert(0, str(tmp_path))
@@ -169,7 +169,6 @@ def fleet(tmp_path: Path, settings: Settings, redis_url: str) -> Iterator[Fleet]
     procs: list[subprocess.Popen[bytes]] = []
     logs: list[Path] = []
     app = make_app(worker_settings)
-    client = redis.Redis.from_url(settings.redis_url)
     try:
         for n in range(2):
             hostname = f"{queue_name}-{n}@localhost"
@@ -197,7 +196,7 @@ def fleet(tmp_path: Path, settings: Settings, redis_url: str) -> Iterator[Fleet]
                 )
             logs.append(log)
             wait_ready(app, procs[-1], hostname, log)
-        yield Fleet(procs, logs, module, worker_settings, prefix, client)
+        yield Fleet(procs, logs, module, worker_settings, prefix, redis_client)
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -210,19 +209,19 @@ def fleet(tmp_path: Path, settings: Settings, redis_url: str) -> Iterator[Fleet]
                 proc.wait()
         sys.path.remove(str(tmp_path))
         sys.modules.pop(name, None)
-        for key in client.scan_iter(f"{prefix}:*", count=10_000):
-            client.delete(key)
+        for key in redis_client.scan_iter(f"{prefix}:*", count=10_000):
+            redis_client.delete(key)
 
 
 def start_run(fleet: Fleet) -> queue.Queue[Any]:
     """Invoke the graph on the fleet from a thread; its output (or error) lands in the queue."""
     graph = fleet.module.graph
-    executor = CeleryExecutor(fleet.settings, f"{fleet.module.__name__}:graph", graph)
     outcome: queue.Queue[Any] = queue.Queue()
 
     def body() -> None:
         try:
-            outcome.put(graph.with_executor(executor).invoke({"log": []}))
+            with CeleryExecutor(fleet.settings, f"{fleet.module.__name__}:graph", graph) as ex:
+                outcome.put(graph.with_executor(ex).invoke({"log": []}))
         except BaseException as exc:
             outcome.put(exc)
 

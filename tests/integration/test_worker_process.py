@@ -77,7 +77,10 @@ def cached_square(i: int) -> dict[str, int]:
 
 
 # One Redis prefix per test module, the same in the worker's processes and the test's.
-@entrypoint(cache=RedisCache(prefix=f"bulksync-test:{__name__}:"))
+cache = RedisCache(prefix=f"bulksync-test:{__name__}:")
+
+
+@entrypoint(cache=cache)
 def squares(n: int) -> list[dict[str, int]]:
     return [call.result() for call in [cached_square(i) for i in range(n)]]
 '''
@@ -187,8 +190,8 @@ def worker(
 def test_subprocess_worker_runs_the_graph(worker: WorkerProcess) -> None:
     graph = worker.module.graph
     graph_id = f"{worker.module.__name__}:graph"
-    executor = CeleryExecutor(worker.settings, graph_id, graph)
-    out = graph.with_executor(executor).invoke({"log": []})
+    with CeleryExecutor(worker.settings, graph_id, graph) as executor:
+        out = graph.with_executor(executor).invoke({"log": []})
     local = graph.invoke({"log": []})
     assert out["log"] == local["log"] == [i * i for i in range(20)]
     assert out["summary"] == local["summary"]
@@ -211,13 +214,17 @@ def test_workers_share_task_results_through_a_redis_cache(worker: WorkerProcess)
         assert here[:3] == on_workers
         assert here[3] == {"square": 9, "pid": os.getpid()}
     finally:
+        executor.close()
         squares.clear_cache()
+        worker.module.cache.client.close()  # this process's client; the workers keep theirs
 
 
 def test_subprocess_worker_refuses_a_graph_it_did_not_load(worker: WorkerProcess) -> None:
     other = f"{worker.module.__name__}:other_graph"
-    executor = CeleryExecutor(worker.settings, other, worker.module.graph)
-    with pytest.raises(UnknownGraphError) as info:
+    with (
+        CeleryExecutor(worker.settings, other, worker.module.graph) as executor,
+        pytest.raises(UnknownGraphError) as info,
+    ):
         worker.module.graph.with_executor(executor).invoke({"log": []})
     assert f"graph '{other}' is not loaded" in str(info.value)
     assert f"--graph {other}" in str(info.value)
