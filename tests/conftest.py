@@ -121,7 +121,7 @@ class Cluster:
         self.app = app
         self.runtime = runtime
         self.worker = worker
-        self.attached: list[Any] = []  # executors made for the running test
+        self.executors: list[Any] = []  # made for the running test (executor())
 
     def register(self, graph: Any, graph_id: str | None = None) -> str:
         """Serve ``graph`` (under a fresh id unless given); return its id."""
@@ -147,22 +147,22 @@ class Cluster:
 
         settings = settings or self.settings
         executor = CeleryExecutor(settings, graph_id, graph, app=self.app, **kw)
-        self.attached.append(executor)
+        self.executors.append(executor)
         return executor
 
-    def close_attached(self) -> None:
-        """Close the executors made for the test (``_attached_executors_closed``)."""
-        while self.attached:
-            self.attached.pop().close()
+    def close_executors(self) -> None:
+        """Close the executors made for the test (``_executors_closed``)."""
+        while self.executors:
+            self.executors.pop().close()
 
 
 @pytest.fixture(autouse=True)
-def _attached_executors_closed(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Close the executors a test attached to the cluster once it ends: their Redis sockets,
+def _executors_closed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Close the executors the cluster made for a test once it ends: their Redis sockets,
     left to garbage collection, would warn then and fail whichever test runs at the time."""
     yield
     if "cluster" in request.fixturenames:
-        request.getfixturevalue("cluster").close_attached()
+        request.getfixturevalue("cluster").close_executors()
 
 
 @pytest.fixture(scope="session")
