@@ -42,7 +42,7 @@ from bulksync.graph import END, START, StateGraph
 from bulksync.service.cancel import cancel_run
 from bulksync.types import Send, TimeoutPolicy
 from bulksync.workers import wire
-from bulksync.workers.celery.executor import CeleryExecutor
+from tests.integration.test_operators import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -544,13 +544,13 @@ def test_message_for_an_unloaded_graph_fails_the_run(cluster: Any) -> None:
 # -- closing the executor ----------------------------------------------------------------
 
 
-def named_executor(cluster: Any, graph: Any) -> tuple[CeleryExecutor, Callable[[], int]]:
+def named_executor(cluster: Any, graph: Any) -> tuple[Any, Callable[[], int]]:
     """An executor of ``graph`` whose Redis connections carry a name of their own, and how
     many of those Redis has open."""
     name = f"executor-{uuid.uuid4().hex[:8]}"
     url = f"{cluster.settings.redis_url}?client_name={name}"
     settings = dataclasses.replace(cluster.settings, redis_url=url)
-    executor = CeleryExecutor(settings, cluster.register(graph), graph, app=cluster.app)
+    executor = cluster.executor(cluster.register(graph), graph, settings)
 
     def connections() -> int:
         with redis.Redis.from_url(cluster.settings.redis_url) as client:
@@ -586,9 +586,7 @@ def test_a_step_in_flight_when_the_executor_closes_reconnects(
     graph = b.compile()
     executor, connections = named_executor(cluster, graph)
     _, out = background(lambda: graph.with_executor(executor).invoke({"log": []}))
-    deadline = time.monotonic() + RELEASE_WAIT
-    while executor.gatherer.steps == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)  # the step is dispatched and gathered
+    wait_until(lambda: executor.gatherer.steps, "the step to be gathered")
     executor.close(wait=0.1)
     assert "closed while 1 of its steps were in flight: they reconnect" in caplog.text
     release.set()
