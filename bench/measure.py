@@ -57,6 +57,21 @@ def process_cpu(pids: Sequence[int]) -> float | None:
     return total
 
 
+def server_cpu(name: str) -> float | None:
+    """CPU seconds the processes named ``name`` (``postgres``, ``redis-server``) on this
+    machine have used so far, their reaped children's included (a database's finished
+    connections); None where none runs here or ``/proc`` cannot tell."""
+    pids = []
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        try:
+            with open(f"/proc/{entry.name}/comm") as comm:
+                if entry.name.isdigit() and comm.read().strip() == name:
+                    pids.append(int(entry.name))
+        except OSError:  # not a process, or one that ended meanwhile
+            continue
+    return process_cpu(pids) if pids else None
+
+
 def _with_children(pids: Sequence[int]) -> list[int]:
     found, todo = [], list(pids)
     while todo:

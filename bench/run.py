@@ -19,7 +19,9 @@ measures, interleaving the contenders round by round:
    (``CeleryExecutor`` + ``PostgresSaver``) and detached (``Client.submit`` + ``wait`` on a
    ``bulksync coordinator`` process) vs in-process LangGraph and vs the floor (three raw
    Celery round trips plus the commits' cost); then ``--runs`` runs submitted at once to
-   the coordinator vs as many in-process LangGraph runs, in runs per second;
+   the coordinator vs as many in-process LangGraph runs, in runs per second, with the CPU
+   each contender's processes spend on a run (the database's and the broker's included)
+   and the floor it implies: a raw Celery run's CPU plus the in-process loop's;
 6. a ``--cpu``-way fan-out of tasks that each compute ``--cpu-work`` seconds of CPU, on the
    ``--workers`` prefork workers, vs in-process LangGraph (its threads share one GIL) and the
    physical limit of one task per worker process;
@@ -72,6 +74,7 @@ from bench.measure import (
     raw_celery_round_trips,
     read_state,
     sequential,
+    server_cpu,
     thread_bytes,
 )
 from bench.workers import CoordinatorProcess, Workers, WorkerStartError
@@ -466,47 +469,87 @@ def run_end_to_end(
         ratio("detached / attached", detached, bs, "issue 10 target: <= 1.20")
         ratio("attached / LangGraph in-process", bs, lg, "(context)")
         ratio("detached / LangGraph in-process", detached, lg, "(context)")
-        if not args.runs:
-            return
-        m = args.runs
-        print(f"\n   {m} runs submitted at once vs {m} in-process one after another, in runs")
-        print(f"   per second (median of {args.repeat})")
-        cpu = CpuPerRun(
-            {
-                "coordinator": lambda: process_cpu([p.pid for p in coordinator.procs]),
-                "workers": lambda: process_cpu([p.pid for p in workers.procs]),
-                "client (this process)": time.process_time,
-            },
-            calls=m,
-        )
-        many = compare(
-            {
-                f"bulksync detached, {m} submitted at once": cpu.watch(
-                    detached_line_runs(client, graph_id, m, at_once=True)
-                ),
-                f"LangGraph in-process, {m} one after another": line_runs(lg_line, m),
-                "context: the same with its PostgresSaver": line_runs(lg_pg, m),
-                # The Celery work of m runs and nothing else: no order, coordinator or commit.
-                f"context: raw Celery group of {3 * m} (3 per run)": raw_celery_fanout(
-                    app, settings.redis_url, 3 * m
-                ),
-            },
-            args.repeat,
-            args.warmup,
-        )
-        for label, t in many.items():
-            print(f"  {label:<48}  {m / t.median:9.1f} runs/s  ({t.median:.3f} s)")
-        at_once, lg_many, lg_durable, raw_group = many.values()
-        print("  ratios of medians (runs per second; higher is better for bulksync):")
-        ratio(
-            "bulksync / LangGraph + PostgresSaver", lg_durable, at_once, "issue 10 target: >= 1.00"
-        )
-        ratio("bulksync / LangGraph, no checkpointer", lg_many, at_once, "(context)")
-        ratio("raw Celery group / LangGraph + PostgresSaver", lg_durable, raw_group, "(context)")
-        spent = cpu.medians()
-        if spent:  # where /proc tells
-            shares = ", ".join(f"{name} {1000 * s:.2f} ms" for name, s in spent.items())
-            print(f"  CPU per bulksync run, median: {shares}")
+        if args.runs:
+            runs_at_once(
+                args, settings, app, (workers, coordinator, client), (lg_line, lg_pg, local_pg)
+            )
+
+
+def runs_at_once(
+    args: argparse.Namespace,
+    settings: Settings,
+    app: Any,
+    cluster: tuple[Workers, CoordinatorProcess, Any],
+    lines: tuple[Any, Any, Any],
+) -> None:
+    """Part 4, second half: runs submitted at once to the coordinator, in runs per second, and
+    what each contender's processes spend on a run, the database and broker included (where
+    they run on this machine): the budget the target leaves, and the floor under it."""
+    workers, coordinator, client = cluster
+    lg_line, lg_pg, local_pg = lines  # LangGraph's, without and with its saver; bulksync's
+    m, graph_id = args.runs, "bench.graphs:line"
+    print(f"\n   {m} runs submitted at once vs {m} in-process one after another, in runs")
+    print(f"   per second (median of {args.repeat})")
+    on_workers = {"workers": lambda: process_cpu([p.pid for p in workers.procs])}
+    here = {"client (this process)": time.process_time}
+    redis_server = {"redis": lambda: server_cpu("redis-server")}
+    postgres = {"postgres": lambda: server_cpu("postgres")}
+    coordinating = {"coordinator": lambda: process_cpu([p.pid for p in coordinator.procs])}
+    cluster_wide = {**coordinating, **on_workers, **here, **redis_server, **postgres}
+    cpu = {
+        "bulksync": CpuPerRun(cluster_wide, m),
+        "LangGraph": CpuPerRun({**here, **postgres}, m),
+        "in-process": CpuPerRun({**here, **postgres}, m),
+        "raw": CpuPerRun({**on_workers, **here, **redis_server}, m),
+    }
+    many = compare(
+        {
+            f"bulksync detached, {m} submitted at once": cpu["bulksync"].watch(
+                detached_line_runs(client, graph_id, m, at_once=True)
+            ),
+            f"LangGraph in-process, {m} one after another": line_runs(lg_line, m),
+            "context: the same with its PostgresSaver": cpu["LangGraph"].watch(line_runs(lg_pg, m)),
+            # The Celery work of m runs and nothing else: no order, coordinator or commit.
+            f"context: raw Celery group of {3 * m} (3 per run)": cpu["raw"].watch(
+                raw_celery_fanout(app, settings.redis_url, 3 * m)
+            ),
+            # The loop's work of m runs and nothing else: no message, no service.
+            "context: bulksync in-process + PostgresSaver": cpu["in-process"].watch(
+                line_runs(local_pg, m)
+            ),
+        },
+        args.repeat,
+        args.warmup,
+    )
+    for label, t in many.items():
+        print(f"  {label:<48}  {m / t.median:9.1f} runs/s  ({t.median:.3f} s)")
+    at_once, lg_many, lg_durable, raw_group, _ = many.values()
+    print("  ratios of medians (runs per second; higher is better for bulksync):")
+    ratio("bulksync / LangGraph + PostgresSaver", lg_durable, at_once, "issue 10 target: >= 1.00")
+    ratio("bulksync / LangGraph, no checkpointer", lg_many, at_once, "(context)")
+    ratio("raw Celery group / LangGraph + PostgresSaver", lg_durable, raw_group, "(context)")
+    cpu_budget({name: c.medians() for name, c in cpu.items()}, m / lg_durable.median)
+
+
+def cpu_budget(spent: dict[str, dict[str, float]], lg_rate: float) -> None:
+    """Print the CPU per run of each contender, and what the cores allow: a cluster run repeats
+    at least a raw Celery run's work (three tasks) and the in-process loop's (its steps and
+    commits), so the cores can run at most ``cores / (the two)`` of them a second."""
+    if not all(spent.values()):  # /proc cannot tell here
+        return
+    print("  CPU per run, medians (servers counted where they run on this machine):")
+    for name, groups in spent.items():
+        shares = ", ".join(f"{g} {1000 * s:.2f}" for g, s in groups.items())
+        print(f"    {name:<10} {1000 * sum(groups.values()):6.2f} ms  ({shares})")
+    cores = os.cpu_count() or 1
+    floor = sum(spent["raw"].values()) + sum(spent["in-process"].values())
+    ceiling = cores / floor
+    print(
+        f"  floor of a cluster run: raw Celery's + the in-process loop's = {1000 * floor:.2f} ms;"
+        f"\n  {cores} cores run at most {ceiling:.1f} runs/s of it = {ceiling / lg_rate:.2f} x "
+        f"LangGraph + PostgresSaver; bulksync spends {sum(spent['bulksync'].values()) / floor:.2f}"
+        " x the floor"
+    )
 
 
 def run_computing(args: argparse.Namespace, settings: Settings, app: Any) -> None:

@@ -149,6 +149,37 @@ def test_cpu_per_run_is_what_the_watched_processes_spent_per_call() -> None:
     assert 0.15 / 5 <= spent["this process"] < 2.0 / 5
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/comm"), reason="reads Linux's /proc")
+def test_server_cpu_counts_the_processes_of_that_name() -> None:
+    with open("/proc/self/comm") as comm:
+        mine = comm.read().strip()
+    used = measure.server_cpu(mine)
+    assert used is not None and used >= measure.process_cpu([os.getpid()])  # type: ignore[operator]
+    assert measure.server_cpu("no-such-server") is None  # not on this machine
+
+
+def test_cpu_budget_prints_the_floor_and_what_the_cores_allow(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spent = {
+        "bulksync": {"coordinator": 0.008, "workers": 0.008, "redis": 0.002, "postgres": 0.003},
+        "LangGraph": {"client": 0.007, "postgres": 0.002},
+        "in-process": {"client": 0.004, "postgres": 0.001},
+        "raw": {"workers": 0.006, "client": 0.002, "redis": 0.002},
+    }
+    run.cpu_budget(spent, lg_rate=100.0)
+    out = capsys.readouterr().out
+    cores = os.cpu_count() or 1
+    shares = "coordinator 8.00, workers 8.00, redis 2.00, postgres 3.00"
+    assert f"bulksync    21.00 ms  ({shares})" in out
+    assert "raw Celery's + the in-process loop's = 15.00 ms" in out  # 10 + 5
+    assert f"{cores} cores run at most {cores / 0.015:.1f} runs/s" in out
+    assert f"= {cores / 0.015 / 100:.2f} x LangGraph + PostgresSaver" in out
+    assert "bulksync spends 1.40 x the floor" in out
+    run.cpu_budget({**spent, "raw": {}}, lg_rate=100.0)  # /proc could not tell
+    assert capsys.readouterr().out == ""
+
+
 def test_command_line_defaults_and_reproduction() -> None:
     args = run.parse_args([])
     assert (args.fanout, args.steps, args.workers, args.repeat) == (1000, 100, 2, 5)
