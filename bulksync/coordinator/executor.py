@@ -147,6 +147,10 @@ class StepLive:
     home: Any = None
     """The event loop of the run's async caller, where an in-process executor runs its
     async nodes (``workers/cancel_scope.py``); None on workers and for sync callers."""
+    lone: bool = False
+    """The step has this one task and no ``step_timeout``, and the thread submitting it is
+    the run's own, free to wait for it: an in-process executor may run a sync node right
+    there (as LangGraph does) rather than start a thread for it."""
 
 
 class StepHandle(Protocol):

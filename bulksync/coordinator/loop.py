@@ -114,6 +114,7 @@ class SuperstepLoop:
         # has not started. A child loop shares its root's.
         self.abandoned = abandoned if abandoned is not None else threading.Event()
         self.stopped = False  # this loop's caller stopped it (its parent goes on)
+        self.blocking = False  # driven by ``run`` on a thread of its own (not by a reactor)
         self.cache_keys: dict[str, FullKey] = {}  # this step's tasks' node cache entries
         self._handle: StepHandle | None = None
         self.input = input
@@ -389,6 +390,7 @@ class SuperstepLoop:
             self.abandoned,
             self.cache,
             self.home,
+            lone=self.blocking and len(todo) == 1 and self.options.step_timeout is None,
         )
         handle = self._handle = (
             self.executor.submit(self.spec, step_input, live, plain, results.put) if plain else None
@@ -655,6 +657,7 @@ class SuperstepLoop:
 
     def run(self) -> Outcome:
         """Run to the end or a pause on this thread (``steps``, driven by blocking)."""
+        self.blocking = True
         return drive(self.steps())
 
     def steps(self) -> Steps[Outcome]:

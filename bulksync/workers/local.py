@@ -1,6 +1,7 @@
 """The in-process executor: a step's tasks on a thread pool of this process.
 
-Send fan-out really runs in parallel here (up to ``max_concurrency`` threads); async nodes
+Send fan-out really runs in parallel here (up to ``max_concurrency`` threads); a step's
+lone sync task runs on the run's own thread, as on LangGraph (``StepLive.lone``); async nodes
 run on the async caller's event loop (else on a private one in their thread), cancelled when
 their step is (a caller breaking off the stream, a sibling failing). Results are delivered as
 tasks finish.
@@ -8,6 +9,7 @@ tasks finish.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
@@ -96,6 +98,12 @@ class LocalExecutor:
                 result = TaskResult(task.id, error=exc)
             deliver(result)
 
+        # A lone sync task runs here: no thread to start and hand it to, a sequential step's
+        # main cost. (The run's thread never runs an event loop; one there must not block.)
+        lone = live.lone and len(rest) == 1 and not spec.nodes[rest[0].name].is_async
+        if lone and not _in_event_loop():
+            one(rest[0])
+            return LocalStep({}, deliver, scope)
         futures: dict[str, Future[None]] = {}
         for group, size in ((on_loop, len(on_loop)), (rest, bound or self.max_concurrency)):
             if not group:
@@ -106,6 +114,15 @@ class LocalExecutor:
             # Queued tasks still run after shutdown(wait=False); the threads exit once done.
             pool.shutdown(wait=False)
         return LocalStep(futures, deliver, scope)
+
+
+def _in_event_loop() -> bool:
+    """Whether this thread is running an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def step_concurrency(config: Mapping[str, Any], default: int) -> int:

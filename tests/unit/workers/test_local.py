@@ -10,6 +10,7 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 
+from bulksync.coordinator.reactor import Reactor
 from bulksync.graph import START, StateGraph
 from bulksync.types import Send
 from bulksync.workers.local import default_concurrency, step_concurrency
@@ -98,3 +99,80 @@ def test_an_async_callers_async_nodes_all_run_at_once_unless_bounded() -> None:
     assert sorted(asyncio.run(run({}))["done"]) == list(range(width))
     with pytest.raises(TimeoutError):  # bounded: the barrier never fills
         asyncio.run(run({"max_concurrency": width - 1}))
+
+
+class Where(TypedDict, total=False):
+    threads: Annotated[list[str], operator.add]
+
+
+def _where(state: Where) -> Where:
+    return {"threads": [threading.current_thread().name]}
+
+
+def _threads_of(graph: Any, given: Where | None = None) -> list[str]:
+    out = graph.invoke(given or {"threads": []})
+    return list(out["threads"])
+
+
+def test_a_lone_sync_task_runs_on_the_runs_own_thread() -> None:
+    """As on LangGraph: a step of one sync task starts no thread for it."""
+    b = StateGraph(Where)
+    b.add_node("a", _where).add_node("b", _where)
+    b.add_edge(START, "a").add_edge("a", "b")
+    first, second = _threads_of(b.compile())
+    assert first == second
+    assert first.startswith("bulksync-run-")
+
+
+def test_a_reactors_threads_never_run_a_node() -> None:
+    """A run the coordinator service drives on its reactor leaves its threads free for the
+    other runs: even a lone task runs on a thread of its own."""
+    b = StateGraph(Where)
+    b.add_node("a", _where).add_edge(START, "a")
+    reactor = Reactor(1, name="test-reactor")
+    ended: list[Any] = []
+    done = threading.Event()
+    try:
+        b.compile().start(
+            {"threads": []},
+            None,
+            reactor,
+            lambda ns, mode, chunk: None,
+            lambda outcome, error: (ended.append(outcome or error), done.set()),
+        )
+        assert done.wait(10)
+    finally:
+        reactor.close()
+    (where,) = ended[0].output["threads"]
+    assert not where.startswith(("test-reactor", "bulksync-run-"))
+
+
+def test_a_fan_out_and_a_step_with_a_deadline_run_on_pool_threads() -> None:
+    """Several tasks run side by side; under ``step_timeout`` the run's thread stays free to
+    stop a step that outruns it."""
+    fan = StateGraph(Where)
+    fan.add_node("work", _where)
+    fan.add_conditional_edges(START, lambda s: [Send("work", {}) for _ in range(2)])
+    assert not any(t.startswith("bulksync-run-") for t in _threads_of(fan.compile()))
+
+    timed = StateGraph(Where)
+    timed.add_node("a", _where).add_edge(START, "a")
+    graph = timed.compile()
+    graph.step_timeout = 5
+    (where,) = _threads_of(graph)
+    assert not where.startswith("bulksync-run-")
+
+
+def test_a_lone_slow_task_still_outruns_its_step_timeout() -> None:
+    def slow(state: Where) -> Where:
+        time.sleep(0.5)
+        return {"threads": ["slow"]}
+
+    b = StateGraph(Where)
+    b.add_node("slow", slow).add_edge(START, "slow")
+    graph = b.compile()
+    graph.step_timeout = 0.05
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="step_timeout"):
+        graph.invoke({"threads": []})
+    assert time.monotonic() - started < 0.4
