@@ -4,11 +4,12 @@ A step's tasks report to its inbox (``keys.inbox``). Rather than one thread and 
 Redis connection per waiting step (a thousand runs would need a thousand connections, past
 any pool's cap), an executor's :class:`Gatherer` runs one ``BLMPOP`` over all live inboxes,
 plus a wake-up list (``keys.gatherer_wake``) that a joining step pushes to, so the next
-``BLMPOP`` includes its inbox. One call takes every entry an inbox has (up to
-``drain_size``), or every wake-up queued. The inboxes are listed in a rotating order, since
-``BLMPOP`` serves the first non-empty list it is given: no busy step starves another. A Redis
-before 7.0 has no ``BLMPOP``: there the gatherer takes one entry with ``BLPOP``, then the rest
-of that inbox with ``LPOP``.
+``BLMPOP`` includes its inbox (it comes last: a busy gatherer lists the new step at its next
+turn anyway, so a wake-up only ends a wait, and never costs a turn while reports come in).
+One call takes every entry an inbox has (up to ``drain_size``), or every wake-up queued. The
+inboxes are listed in a rotating order, since ``BLMPOP`` serves the first non-empty list it is
+given: no busy step starves another. A Redis before 7.0 has no ``BLMPOP``: there the gatherer
+takes one entry with ``BLPOP``, then the rest of that inbox with ``LPOP``.
 
 **Nothing taken is lost.** Entries taken are handed to their step before anything else is
 asked of Redis (with ``BLPOP``, the first entry before the rest is drained; a failure there
@@ -203,7 +204,9 @@ class Gatherer:
         them to their step."""
         wait = max(0.01, min(until - time.monotonic(), self.settings.idle_wait))
         self._turn = (self._turn + 1) % len(steps)
-        lists = [self.wake_key, *(s.inbox for s in steps[self._turn :] + steps[: self._turn])]
+        # The wake-up list comes last: a step that joined is listed at the next turn anyway,
+        # so a wake-up need only end a block, never take a turn from the reports.
+        lists = [*(s.inbox for s in steps[self._turn :] + steps[: self._turn]), self.wake_key]
         count = self.settings.drain_size
         if self._multi_pop:
             try:
