@@ -165,7 +165,7 @@ def test_a_fan_out_and_a_step_with_a_deadline_run_on_pool_threads() -> None:
 
 def test_a_lone_slow_task_still_outruns_its_step_timeout() -> None:
     def slow(state: Where) -> Where:
-        time.sleep(0.5)
+        time.sleep(2.0)
         return {"threads": ["slow"]}
 
     b = StateGraph(Where)
@@ -175,4 +175,4 @@ def test_a_lone_slow_task_still_outruns_its_step_timeout() -> None:
     started = time.monotonic()
     with pytest.raises(TimeoutError, match="step_timeout"):
         graph.invoke({"threads": []})
-    assert time.monotonic() - started < 0.4
+    assert time.monotonic() - started < 1.5  # it did not wait for the node
