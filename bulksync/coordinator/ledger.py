@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from bulksync import collector
 from bulksync.channels.base import BaseChannel
 from bulksync.channels.last_value import LastValue
 from bulksync.checkpoint.appends import appended, delta
@@ -267,7 +268,8 @@ class Ledger:
         Raises:
             SerializationError: a value the saver cannot store, naming ``node`` and the channel.
         """
-        plain = [(c, decoded(v)) for c, v in writes]
+        with collector.paused(len(writes)):  # a node that returned thousands of Sends
+            plain = [(c, decoded(v)) for c, v in writes]
         self.pending.add(task_id, plain)
         if not self.durable or not self.config["configurable"].get(CHECKPOINT_ID):
             # Without a checkpoint yet (a Command input on a new thread) there is nothing to

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from bulksync import collector
 from bulksync.cache.base import FullKey
 from bulksync.channels.base import MISSING, BaseChannel
 from bulksync.checkpoint.base import Checkpoint, CheckpointSaver, PendingWrite
@@ -304,15 +305,17 @@ class SuperstepLoop:
 
     def _plan(self) -> dict[str, Task]:
         """The tasks of the current step, from the live versions."""
-        return prepare_next_tasks(
-            self.spec,
-            self._current(),
-            self.channels,
-            self.step,
-            self.checkpoint_ns,
-            self.updated_channels,
-            managed_values(self.spec.managed, self.step, self.stop),
-        )
+        sends = self.channels.get(TASKS)
+        with collector.paused(len(sends.get()) if sends and sends.is_available() else 0):
+            return prepare_next_tasks(
+                self.spec,
+                self._current(),
+                self.channels,
+                self.step,
+                self.checkpoint_ns,
+                self.updated_channels,
+                managed_values(self.spec.managed, self.step, self.stop),
+            )
 
     def _commit(self, source: str, *, defer: bool = False) -> None:
         """Commit the step's checkpoint and move on to the next step (``defer``: see
@@ -415,7 +418,7 @@ class SuperstepLoop:
                     f"of {self.options.step_timeout}s; its unfinished tasks were cancelled."
                 ) from None
             left -= len(ready)
-            with self.ledger.batched():
+            with self.ledger.batched(), collector.paused(len(ready)):
                 for result in ready:
                     paused = paused or result.interrupted
                     if result.took_null_resume and answer is not None:
@@ -581,17 +584,18 @@ class SuperstepLoop:
 
     def after_tick(self) -> None:
         """Apply the step's writes in task-path order and commit the checkpoint."""
-        done = [
-            TaskWrites(t.name, t.path, self.task_writes.get(t.id, ()), t.triggers)
-            for t in self.tasks.values()
-        ]
-        self.updated_channels = apply_writes(
-            self.versions,
-            self.channels,
-            done,
-            self.spec.trigger_to_nodes,
-            version_bits=clock.version_bits(),
-        )
+        with collector.paused(len(self.tasks)):
+            done = [
+                TaskWrites(t.name, t.path, self.task_writes.get(t.id, ()), t.triggers)
+                for t in self.tasks.values()
+            ]
+            self.updated_channels = apply_writes(
+                self.versions,
+                self.channels,
+                done,
+                self.spec.trigger_to_nodes,
+                version_bits=clock.version_bits(),
+            )
         all_writes = [w for t in done for w in t.writes]
         keys = self.stream.keys
         if stream.wrote_any(all_writes, keys) or self.updated_channels & set(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import operator
 import queue
 import threading
@@ -30,6 +31,7 @@ from kombu.serialization import dumps as kombu_dumps
 
 from bulksync import keys
 from bulksync.checkpoint.memory import InMemorySaver
+from bulksync.collector import WIDE
 from bulksync.config import get_stream_writer
 from bulksync.errors import (
     NodeTimeoutError,
@@ -186,6 +188,28 @@ def test_thousand_way_send_fan_out_in_task_path_order(cluster: Any, published: P
     assert len(square_msgs) < 1000
     assert len(published.tasks("square")) == 1000
     assert len(tasks) == len(set(tasks)) == 1 + 1000 + 1  # __start__, the squares, total
+
+
+def test_a_wide_steps_tasks_are_packed_with_the_garbage_collector_paused(
+    cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Their inputs all live on until published: no collection need look at them
+    (``bulksync.collector``)."""
+    seen: list[bool] = []
+    pack = wire.dumps_input
+
+    def spy(value: Any, task: Any) -> bytes:
+        if task.name == "square":
+            seen.append(gc.isenabled())
+        return pack(value, task)
+
+    monkeypatch.setattr(wire, "dumps_input", spy)
+    for n, paused in ((WIDE, True), (3, False)):
+        seen.clear()
+        out = attach(cluster, squares_graph(n)).invoke({"log": []})
+        assert out["log"] == [i * i for i in range(n)]
+        assert seen == [not paused] * n
+    assert gc.isenabled()
 
 
 def test_start_maps_the_input_here_unless_a_branch_of_the_users_leaves_it(

@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("settings",),
     ("runtime",),
     ("errors", "types", "config", "context", "constants", "callbacks"),
-    ("keys", "ids", "exports", "logs", "retry", "rounds", "warnings", "managed"),
+    ("keys", "ids", "exports", "logs", "retry", "rounds", "warnings", "managed", "collector"),
 )
 """Top to bottom: a unit imports its own layer's units or lower ones, never higher."""
 

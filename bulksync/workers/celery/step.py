@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from bulksync import keys, logs
+from bulksync import collector, keys, logs
 from bulksync.coordinator.executor import StepInput, StepLive, TaskResult
 from bulksync.coordinator.plan import Task
 from bulksync.coordinator.spec import GraphSpec
@@ -103,7 +103,8 @@ class CeleryStep:
         self.slots = {t: wire.slot(t, self.step) for t in self.tasks}
         self.watch = ClaimWatch(self.ex.settings, self.slots)
         try:
-            self._dispatch(list(self.tasks), joining=True)
+            with collector.paused(len(self.tasks)):
+                self._dispatch(list(self.tasks), joining=True)
         except BaseException:
             self.ex.gatherer.remove(self)
             raise
@@ -274,8 +275,9 @@ class CeleryStep:
     def receive(self, entries: Sequence[bytes]) -> None:
         """Handle entries the gatherer took from the inbox, in order."""
         self.last_seen = time.monotonic()
-        for entry in entries:
-            self._handle(entry)
+        with collector.paused(len(entries)):
+            for entry in entries:
+                self._handle(entry)
 
     def is_open(self) -> bool:
         """Whether some task still owes a result (and the step was not cancelled)."""
