@@ -19,11 +19,13 @@ from typing import Annotated, Any, TypedDict
 import pytest
 import redis
 
+from bulksync import keys
+from bulksync.config import get_config
 from bulksync.errors import TaskCancelledError
 from bulksync.graph import START, StateGraph
 from bulksync.service.cancel import cancel_run
 from bulksync.types import Send
-from bulksync.workers.celery import delivery, recorder
+from bulksync.workers.celery import claims, delivery, recorder
 from tests.integration.test_delivery import WAIT, background
 from tests.integration.test_recorder import CountingRedis
 
@@ -275,6 +277,116 @@ def test_a_task_claimed_with_the_step_read_still_runs_when_that_read_fails(
         failing.close()
     assert failing.failed  # the read with the claim failed; the plain read and a claim ran
     assert runs == [1]
+
+
+class ClaimCounting(CountingRedis):
+    """Counts, for each round trip that claims tasks, how many it claims."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.claimed: list[int] = []
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        execute = pipe.execute
+
+        def counted(raise_on_error: bool = True) -> Any:
+            slots = sum(
+                (int(args[2]) - 1) // 3  # the run's cancel flag, then three keys per task
+                for args, _ in pipe.command_stack
+                if str(args[0]).upper() == "EVAL" and args[1] == claims._CLAIM_LUA
+            )
+            if slots:
+                self.claimed.append(slots)
+            return execute(raise_on_error)
+
+        pipe.execute = counted
+        return pipe
+
+
+@pytest.fixture
+def fresh_runtime(cluster: Any, redis_url: str) -> Any:
+    """The test worker's claims, recorder and task threads made anew, on a client counting
+    claims, for one test (after ``worker_settings``)."""
+    runtime, pid = cluster.runtime, os.getpid()
+    counting = ClaimCounting.from_url(redis_url)
+    kept = runtime._clients, runtime._claims, runtime._recorders, runtime._pools
+    runtime._clients, runtime._claims = {pid: counting}, {}
+    runtime._recorders, runtime._pools = {}, {}
+    yield counting
+    for pool in runtime._pools.values():
+        pool.shutdown(wait=True)
+    runtime._clients, runtime._claims, runtime._recorders, runtime._pools = kept
+    counting.close()
+
+
+def slow(task: dict[str, Any]) -> dict[str, Any]:
+    time.sleep(0.05)  # far above --parallel-after, waiting
+    return {"out": [task["i"]]}
+
+
+def test_the_rest_of_a_slow_sync_message_is_claimed_in_one_round_trip(
+    cluster: Any, fresh_runtime: ClaimCounting
+) -> None:
+    assert _fanout(cluster, slow).invoke({"out": []}) == {"out": list(range(TASKS))}
+    # The input's task with its step's read; the fan-out's first task with its step's read,
+    # then, once it waited, all the others at once.
+    assert fresh_runtime.claimed == [1, 1, TASKS - 1]
+
+
+def test_with_a_time_limit_each_task_is_claimed_as_it_starts(
+    cluster: Any, fresh_runtime: ClaimCounting
+) -> None:
+    # The coordinator's clock of a task starts with its claim: none may start early.
+    graph = _fanout(cluster, slow, timeout=60.0)
+    assert graph.invoke({"out": []}) == {"out": list(range(TASKS))}
+    assert fresh_runtime.claimed == [1, 1] + [1] * (TASKS - 1)
+
+
+def test_tasks_waiting_for_a_thread_keep_their_claims(
+    cluster: Any, worker_settings: Any, fresh_runtime: ClaimCounting, redis_client: redis.Redis
+) -> None:
+    # Two threads for eleven tasks of 0.2 s: the last wait about a second, twice the lease.
+    worker_settings(task_threads=2, claim_lease=0.5, claim_heartbeat=0.1)
+    held: list[bool] = []
+
+    def work(task: dict[str, Any]) -> dict[str, Any]:
+        task_id = get_config()["configurable"]["checkpoint_ns"].rpartition(":")[2]
+        held.append(redis_client.get(keys.claim(task_id)) is not None)
+        time.sleep(0.2)
+        return {"out": [task["i"]]}
+
+    assert _fanout(cluster, work).invoke({"out": []}) == {"out": list(range(TASKS))}
+    assert held == [True] * TASKS
+
+
+def test_a_cancelled_runs_tasks_waiting_for_a_thread_never_start(
+    cluster: Any, worker_settings: Any, fresh_runtime: ClaimCounting, redis_client: redis.Redis
+) -> None:
+    worker_settings(task_threads=2, cancel_poll=0.05)
+    started: queue.Queue[int] = queue.Queue()
+    ran: list[int] = []
+
+    def work(task: dict[str, Any]) -> dict[str, Any]:
+        started.put(task["i"])
+        ran.append(task["i"])
+        time.sleep(0.3)
+        return {"out": [task["i"]]}
+
+    run_id = f"cancel-{uuid.uuid4().hex}"
+    graph = _fanout(cluster, work)
+    outcome = background(lambda: graph.invoke({"out": []}, {"run_id": run_id}))
+    for _ in range(3):  # the first, then the two threads' first
+        started.get(timeout=WAIT)
+    cancel_run(redis_client, run_id, cluster.settings)
+    assert isinstance(outcome.get(timeout=WAIT), TaskCancelledError)
+    stopper, deadline = cluster.runtime.stopper(), time.monotonic() + WAIT
+    while stopper._running and time.monotonic() < deadline:  # until the message has ended
+        time.sleep(0.05)
+    assert 3 <= len(ran) < TASKS
+    token = cluster.runtime.claims().token.encode()  # the queued tasks' claims were dropped
+    claimed = redis_client.scan_iter(match=keys.claim("*"))
+    assert [k for k in claimed if redis_client.get(k) == token] == []
 
 
 def test_sync_tasks_that_compute_run_one_by_one(cluster: Any) -> None:

@@ -9,9 +9,11 @@ wait (model and tool calls):
   recorded together;
 - sync ones run one by one while they are quick, the first claimed with the step's read, each
   result recorded in the round trip that claims the next task, which is cheapest; once one
-  of them took ``parallel_after`` while its thread mostly waited, the rest run at once on the
-  process's task threads. Tasks that compute run one by one whatever they take: threads of
-  one process would only share its GIL.
+  of them took ``parallel_after`` while its thread mostly waited, the rest are claimed in one
+  round trip and run at once on the process's task threads, their claims held until a thread
+  takes each up (with a time limit, each is claimed as it starts: its clock starts with its
+  claim). Tasks that compute run one by one whatever they take: threads of one process would
+  only share its GIL.
 
   The results of tasks quicker than ``QUICK_TASK`` wait for a few more (``HELD_RESULTS`` at
   most), then are recorded by one script, with the next claim: they reach the coordinator's
@@ -26,6 +28,7 @@ Tasks not started when the run was cancelled are not run.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -246,13 +249,31 @@ class Delivery:
             if finished:
                 self.recorder.write(finished)
                 self._let_go(finished)
-        pool = self.runtime.task_pool()
-        answers = [pool.submit(self._run_one, task) for task in rest]
-        for task, future in zip(rest, answers, strict=True):
-            answer = future.result()
+        for task, answer in self._run_at_once(rest):
             if answer is not CANCELLED:
                 done.append((task, answer))
         return done
+
+    def _run_at_once(self, rest: list[Todo]) -> list[tuple[Todo, Any]]:
+        """Run ``rest`` on the process's task threads; ``(task, answer)`` for each, in order.
+
+        Without a time limit they are claimed in one round trip and held until a thread
+        takes each up (a claim per task cost a round trip and a thread switch each, and held
+        the starts of a wide fan-out back). With one, each is claimed as a thread takes it
+        up: the coordinator's clock of a task starts with its claim.
+        """
+        pool = self.runtime.task_pool()
+        if self.timeout:
+            running = [pool.submit(self._run_one, task) for task in rest]
+        else:
+            refusals = self.verdicts([desc for desc, _ in rest]) if rest else []
+            running = [
+                pool.submit(self._run_one, task, self.keeper.hold(task[0].slot))
+                if refused is None
+                else _settled(refused)
+                for task, refused in zip(rest, refusals, strict=True)
+            ]
+        return [(task, future.result()) for task, future in zip(rest, running, strict=True)]
 
     def _may_hold(self, finished: Sequence[Record], last: Ran | None) -> bool:
         """Whether the results ``finished`` (``last`` ran the newest) may stay unrecorded
@@ -265,22 +286,32 @@ class Delivery:
             and not self.timeout
         )
 
-    def _run_one(self, task: Todo) -> Any:
-        """Claim and run one task on a task thread; its result is recorded with those of
-        the message's other tasks that finish meanwhile."""
-        (refused,) = self.verdicts([task[0]])
-        if refused is not None:
-            return refused
-        ran = self._run_claimed(*task)
+    def _run_one(self, task: Todo, claim: Held | None = None) -> Any:
+        """Run one task on a task thread, claimed here unless ``claim`` holds it already
+        (then a cancel of its step or run since keeps it from starting, as a claim would);
+        its result is recorded with those of the message's other tasks that finish
+        meanwhile."""
+        if claim is None:
+            (refused,) = self.verdicts([task[0]])
+            if refused is not None:
+                return refused
+        elif self._scope is not None and self._scope.cancelled:
+            self.keeper.unhold(claim)
+            self.keeper.release(claim)
+            return CANCELLED
+        ran = self._run_claimed(*task, claim)
         try:
             self.recorder.commit(ran.record)
         finally:
             self._let_go([ran.record])
         return ran.answer
 
-    def _run_claimed(self, desc: wire.TaskDescriptor, data: bytes | None) -> Ran:
-        """Run a task this delivery claimed, keeping its claim alive meanwhile."""
-        claim = self.keeper.hold(desc.slot)
+    def _run_claimed(
+        self, desc: wire.TaskDescriptor, data: bytes | None, claim: Held | None = None
+    ) -> Ran:
+        """Run a task this delivery claimed, keeping its claim alive meanwhile (``claim``:
+        held since it was claimed)."""
+        claim = claim or self.keeper.hold(desc.slot)
         try:
             with self._within():  # (on a task thread too)
                 began, cpu = time.monotonic(), time.thread_time()
@@ -353,3 +384,10 @@ class Delivery:
             f"node '{desc.node}': task {desc.id} ran {took:.1f}s, past the "
             f"{self.timeout:g}s task time limit"
         )
+
+
+def _settled(answer: Any) -> concurrent.futures.Future[Any]:
+    """A future already holding ``answer``."""
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    future.set_result(answer)
+    return future
