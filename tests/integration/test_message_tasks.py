@@ -156,25 +156,39 @@ def test_quick_sync_tasks_run_one_by_one(cluster: Any, worker_settings: Any) -> 
     assert peak.peak == 1
 
 
-class RecordCounting(CountingRedis):
+class PipelineWatching(CountingRedis):
+    """Counts round trips, and hands each pipeline's commands to ``sent`` as it is sent."""
+
+    def sent(self, commands: list[Any]) -> None:
+        """Look at the commands of a pipeline about to be sent."""
+
+    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
+        execute = pipe.execute
+
+        def watched(raise_on_error: bool = True) -> Any:
+            self.sent([args for args, _ in pipe.command_stack])
+            return execute(raise_on_error)
+
+        pipe.execute = watched
+        return pipe
+
+
+def script_keys(commands: list[Any], script: str) -> list[int]:
+    """How many keys each ``EVAL`` of ``script`` among ``commands`` names."""
+    return [int(a[2]) for a in commands if str(a[0]).upper() == "EVAL" and a[1] == script]
+
+
+class RecordCounting(PipelineWatching):
     """Counts round trips, and the results each recording script carries."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.scripts: list[int] = []
 
-    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
-        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
-        execute = pipe.execute
-
-        def counted(raise_on_error: bool = True) -> Any:
-            for args, _ in pipe.command_stack:
-                if str(args[0]).upper() == "EVAL" and args[1] == recorder._RECORD_LUA:
-                    self.scripts.append(int(args[2]) // 4)  # four keys per result
-            return execute(raise_on_error)
-
-        pipe.execute = counted
-        return pipe
+    def sent(self, commands: list[Any]) -> None:
+        keys_ = script_keys(commands, recorder._RECORD_LUA)
+        self.scripts += [n // 4 for n in keys_]  # four keys per result
 
 
 def quick_fanout_recorded(
@@ -279,29 +293,18 @@ def test_a_task_claimed_with_the_step_read_still_runs_when_that_read_fails(
     assert runs == [1]
 
 
-class ClaimCounting(CountingRedis):
+class ClaimCounting(PipelineWatching):
     """Counts, for each round trip that claims tasks, how many it claims."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.claimed: list[int] = []
 
-    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
-        pipe = super().pipeline(transaction=transaction, shard_hint=shard_hint)
-        execute = pipe.execute
-
-        def counted(raise_on_error: bool = True) -> Any:
-            slots = sum(
-                (int(args[2]) - 1) // 3  # the run's cancel flag, then three keys per task
-                for args, _ in pipe.command_stack
-                if str(args[0]).upper() == "EVAL" and args[1] == claims._CLAIM_LUA
-            )
-            if slots:
-                self.claimed.append(slots)
-            return execute(raise_on_error)
-
-        pipe.execute = counted
-        return pipe
+    def sent(self, commands: list[Any]) -> None:
+        # The run's cancel flag, then three keys per task.
+        slots = sum((n - 1) // 3 for n in script_keys(commands, claims._CLAIM_LUA))
+        if slots:
+            self.claimed.append(slots)
 
 
 @pytest.fixture
