@@ -306,7 +306,8 @@ class SuperstepLoop:
     def _plan(self) -> dict[str, Task]:
         """The tasks of the current step, from the live versions."""
         sends = self.channels.get(TASKS)
-        with collector.paused(len(sends.get()) if sends and sends.is_available() else 0):
+        wide = len(sends.get()) if sends is not None and sends.is_available() else 0
+        with collector.paused(wide):
             return prepare_next_tasks(
                 self.spec,
                 self._current(),
