@@ -18,8 +18,8 @@
     bulksync:claim:<slot>                 string  the token of the worker process     claim_lease,
                                                   running the task (SET NX)           renewed by
                                                                                       heartbeats
-    bulksync:deliveries:<slot>            string  how many times a worker claimed     as result
-                                                  the task (started it)               (*)
+    bulksync:deliveries:<slot>            string  how many times a worker started     as result
+                                                  the task                            (*)
     bulksync:cancel:<run id>              string  present once a run is cancelled     run_ttl
     bulksync:cancel-step:<step key>       string  present once a step is cancelled    step_ttl
     bulksync:inboxes:<run id>             set     inbox keys of the run's live steps  run_ttl
@@ -42,7 +42,7 @@ the task runs with, when it has any: a task that paused on an interrupt runs aga
 new slot, once it is resumed. Results survive a coordinator crash.
 
 A worker claims a slot before running it (``claim``: one live runner per task, its lease
-renewed by a heartbeat while the task runs) and counts the claim (``deliveries``); a claim
+renewed by a heartbeat while the task runs) and counts its start (``deliveries``); a claim
 whose worker died expires, and the coordinator dispatches the task again.
 
 Lifetimes are settings (``step_ttl`` guards the step keys, ``result_ttl``, ``run_ttl``,
@@ -102,7 +102,7 @@ def claim(slot: str) -> str:
 
 
 def deliveries(slot: str) -> str:
-    """How many times workers claimed (started) the task: a poison task stops at a limit."""
+    """How many times workers started the task: a poison task stops at a limit."""
     return f"{PREFIX}:deliveries:{slot}"
 
 

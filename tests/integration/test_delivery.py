@@ -185,7 +185,8 @@ def test_cancel_mid_batch_runs_no_further_task_of_the_batch(
 
 GRAPH_MODULE = f'''
 """A fan-out whose tasks count starts and finishes in Redis (when FAULT_PREFIX is set); the
-victim task misbehaves as FAULT_MODE says: hang (first attempt), exit (every attempt)."""
+victim task (FAULT_VICTIM, else {VICTIM}) misbehaves as FAULT_MODE says: hang (first
+attempt), exit (every attempt)."""
 
 import json
 import operator
@@ -198,7 +199,7 @@ import redis
 from bulksync.graph import START, StateGraph
 from bulksync.types import Send
 
-VICTIM = {VICTIM}
+VICTIM = int(os.environ.get("FAULT_VICTIM", "{VICTIM}"))
 
 
 class State(TypedDict, total=False):
@@ -408,6 +409,22 @@ def test_poison_task_fails_the_run_after_max_deliveries(fleet: Fleet) -> None:
     assert fleet.counts("starts")[VICTIM] == 3
     others = {i: c for i, c in fleet.counts("finishes").items() if i != VICTIM}
     assert others == {i: 1 for i in range(TASKS) if i != VICTIM}
+
+
+def test_a_poison_task_sharing_a_message_fails_the_run_after_max_deliveries(
+    fleet: Fleet,
+) -> None:
+    # One message carries every task, the poison one first: each delivery reserves them all
+    # and dies in the first. The dead process's claims are taken over by the next delivery;
+    # no task after the poison one runs twice.
+    fleet.settings = dataclasses.replace(fleet.settings, target_messages=1)
+    fleet.start(2, "exit", FAULT_VICTIM="0")
+    result = fleet.outcome(fleet.run())
+    assert isinstance(result, WorkerLostError), f"{result!r}\n{fleet.output()}"
+    assert result.attempts == fleet.settings.max_deliveries == 3
+    starts = fleet.counts("starts")
+    assert starts[0] == 3
+    assert all(starts[i] <= 1 for i in range(1, TASKS)), starts
 
 
 # -- item 5: a lost message is published again -----------------------------------------

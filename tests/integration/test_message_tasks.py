@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -24,8 +24,10 @@ from bulksync.config import get_config
 from bulksync.errors import TaskCancelledError
 from bulksync.graph import START, StateGraph
 from bulksync.service.cancel import cancel_run
+from bulksync.settings import Settings
 from bulksync.types import Send
 from bulksync.workers.celery import claims, delivery, recorder
+from bulksync.workers.celery.starts import StartCounter
 from tests.integration.test_delivery import WAIT, background
 from tests.integration.test_recorder import CountingRedis
 
@@ -179,6 +181,18 @@ def script_keys(commands: list[Any], script: str) -> list[int]:
     return [int(a[2]) for a in commands if str(a[0]).upper() == "EVAL" and a[1] == script]
 
 
+class StartsSeen(StartCounter):
+    """Counts starts as usual, keeping the slots counted."""
+
+    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+        super().__init__(client, settings)
+        self.slots: list[str] = []
+
+    def count(self, slots: Sequence[str]) -> None:
+        self.slots += slots
+        super().count(slots)
+
+
 class RecordCounting(PipelineWatching):
     """Counts round trips, and the results each recording script carries."""
 
@@ -193,14 +207,17 @@ class RecordCounting(PipelineWatching):
 
 def quick_fanout_recorded(
     cluster: Any, worker_settings: Any, redis_url: str, timeout: float | None = None
-) -> RecordCounting:
-    """Run TASKS quick tasks in one message on the test worker, counting its Redis use."""
+) -> tuple[RecordCounting, StartsSeen]:
+    """Run TASKS quick tasks in one message on the test worker, counting its Redis use and
+    the starts it counts."""
     # No claim heartbeat during the run: every round trip counted is the message's own.
     worker_settings(parallel_after=60.0, claim_heartbeat=60.0, claim_lease=600.0)
     runtime, pid = cluster.runtime, os.getpid()
     counting = RecordCounting.from_url(redis_url)
-    kept = runtime._clients, runtime._claims, runtime._recorders
+    kept = runtime._clients, runtime._claims, runtime._recorders, runtime._starts
     runtime._clients, runtime._claims, runtime._recorders = {pid: counting}, {}, {}
+    starts = StartsSeen(counting, cluster.runtime.settings)
+    runtime._starts = {pid: starts}
     try:
 
         def work(task: dict[str, Any]) -> dict[str, Any]:
@@ -209,22 +226,30 @@ def quick_fanout_recorded(
         graph = _fanout(cluster, work, timeout)
         assert graph.invoke({"out": []}) == {"out": list(range(TASKS))}
     finally:
-        runtime._clients, runtime._claims, runtime._recorders = kept
+        runtime._clients, runtime._claims, runtime._recorders, runtime._starts = kept
         counting.close()
-    return counting
+    return counting, starts
 
 
-def test_quick_tasks_results_are_recorded_together_with_the_claims(
-    cluster: Any, worker_settings: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+def test_quick_tasks_cost_no_round_trip_each(
+    cluster: Any,
+    worker_settings: Any,
+    redis_url: str,
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(delivery, "QUICK_TASK", 60.0)  # quick, however busy the machine
-    counting = quick_fanout_recorded(cluster, worker_settings, redis_url)
-    # The input's step: one task (read with its claim, record). The fan-out: reading the
-    # step with the first claim, a claim per other task, the results; not a claim and a
-    # record per task.
-    assert counting.trips == 2 + 2 + (TASKS - 1) + 1
+    counting, starts = quick_fanout_recorded(cluster, worker_settings, redis_url)
+    # The input's step: its task reserved with the step's read, its result. The fan-out:
+    # its tasks read from the step hash, then all reserved with the step's read, their
+    # results: no claim and no record per task.
+    assert counting.trips == 2 + 3
     # The input's result, then the fan-out's in one script: the gatherer takes them at once.
     assert counting.scripts == [1, TASKS]
+    # Each start was counted, once, on the counter's own connection.
+    slots = starts.slots
+    assert len(slots) == len(set(slots)) == 1 + TASKS
+    assert redis_client.mget([keys.deliveries(s) for s in slots]) == [b"1"] * (1 + TASKS)
 
 
 def test_quick_results_held_back_are_recorded_a_few_at_a_time(
@@ -232,8 +257,8 @@ def test_quick_results_held_back_are_recorded_a_few_at_a_time(
 ) -> None:
     monkeypatch.setattr(delivery, "QUICK_TASK", 60.0)
     monkeypatch.setattr(delivery, "HELD_RESULTS", 5)
-    counting = quick_fanout_recorded(cluster, worker_settings, redis_url)
-    assert counting.trips == 2 + 2 + (TASKS - 1) + 1  # the held ones ride with claims
+    counting, _ = quick_fanout_recorded(cluster, worker_settings, redis_url)
+    assert counting.trips == 2 + 3 + 2  # two more writes of held results
     assert counting.scripts == [1, 5, 5, TASKS - 10]
 
 
@@ -242,8 +267,9 @@ def test_results_of_tasks_with_a_time_limit_are_not_held(
 ) -> None:
     # The coordinator counts a task's time from its start to its result: none may wait.
     monkeypatch.setattr(delivery, "QUICK_TASK", 60.0)
-    counting = quick_fanout_recorded(cluster, worker_settings, redis_url, timeout=60.0)
+    counting, starts = quick_fanout_recorded(cluster, worker_settings, redis_url, timeout=60.0)
     assert counting.scripts == [1] * (1 + TASKS)
+    assert starts.slots == []  # each start counted by the claim that took it
 
 
 class FailingRead(CountingRedis):
@@ -293,18 +319,28 @@ def test_a_task_claimed_with_the_step_read_still_runs_when_that_read_fails(
     assert runs == [1]
 
 
+CLAIM_LUA = claims._CLAIM_LUA
+
+
 class ClaimCounting(PipelineWatching):
-    """Counts, for each round trip that claims tasks, how many it claims."""
+    """Counts, for each round trip that claims tasks, how many it claims; keeps the delivery
+    count keys of the tasks claimed."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.claimed: list[int] = []
+        self.counts: list[str] = []
 
     def sent(self, commands: list[Any]) -> None:
-        # The run's cancel flag, then three keys per task.
-        slots = sum((n - 1) // 3 for n in script_keys(commands, claims._CLAIM_LUA))
+        # The run's cancel flag, then three keys per task: claim, delivery count, result.
+        claiming = [
+            a for a in commands if str(a[0]).upper() == "EVAL" and a[1] == claims._CLAIM_LUA
+        ]
+        slots = sum((int(a[2]) - 1) // 3 for a in claiming)
         if slots:
             self.claimed.append(slots)
+        for a in claiming:
+            self.counts += list(a[5 : 3 + int(a[2]) : 3])
 
 
 @pytest.fixture
@@ -328,13 +364,13 @@ def slow(task: dict[str, Any]) -> dict[str, Any]:
     return {"out": [task["i"]]}
 
 
-def test_the_rest_of_a_slow_sync_message_is_claimed_in_one_round_trip(
+def test_sync_tasks_are_reserved_with_the_step_read(
     cluster: Any, fresh_runtime: ClaimCounting
 ) -> None:
     assert _fanout(cluster, slow).invoke({"out": []}) == {"out": list(range(TASKS))}
-    # The input's task with its step's read; the fan-out's first task with its step's read,
-    # then, once it waited, all the others at once.
-    assert fresh_runtime.claimed == [1, 1, TASKS - 1]
+    # The input's task with its step's read; the fan-out's tasks all with theirs, the
+    # others to run at once once the first waited.
+    assert fresh_runtime.claimed == [1, TASKS]
 
 
 def test_with_a_time_limit_each_task_is_claimed_as_it_starts(
@@ -390,6 +426,29 @@ def test_a_cancelled_runs_tasks_waiting_for_a_thread_never_start(
     token = cluster.runtime.claims().token.encode()  # the queued tasks' claims were dropped
     claimed = redis_client.scan_iter(match=keys.claim("*"))
     assert [k for k in claimed if redis_client.get(k) == token] == []
+
+
+def test_reserved_tasks_are_counted_only_as_they_start(
+    cluster: Any, fresh_runtime: ClaimCounting, redis_client: redis.Redis
+) -> None:
+    # The fan-out's tasks are reserved together with the step's read; as the first runs,
+    # it alone is counted (a worker dying there would count against it only).
+    seen: list[list[Any]] = []
+
+    def work(task: dict[str, Any]) -> dict[str, Any]:
+        if task["i"] == 0:
+            fanout = fresh_runtime.counts[1:]  # (after the input task's)
+            deadline = time.monotonic() + WAIT
+            while b"1" not in (counts := redis_client.mget(fanout)):  # (written, not awaited)
+                assert time.monotonic() < deadline, "the first task's start was not counted"
+                time.sleep(0.01)
+            seen.append(counts)
+        return {"out": [task["i"]]}
+
+    assert _fanout(cluster, work).invoke({"out": []}) == {"out": list(range(TASKS))}
+    assert fresh_runtime.claimed == [1, TASKS]
+    (counts,) = seen
+    assert sorted(counts, key=lambda c: c is None) == [b"1"] + [None] * (TASKS - 1)
 
 
 def test_sync_tasks_that_compute_run_one_by_one(cluster: Any) -> None:

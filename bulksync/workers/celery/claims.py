@@ -2,7 +2,10 @@
 
 A worker **claims** a task's slot before running it (``SET NX`` with a lease, in a script
 that also counts the delivery and checks the run's cancel flag and the slot's result; one
-script claims the tasks of a message it takes at once), and a
+script claims the tasks of a message it takes at once). A claim may also **reserve** the
+slot without counting: the tasks a delivery runs one by one are reserved together with the
+step's read and counted one by one as each starts (``starts.py``), so a task that kills its
+process counts against itself only, never against the tasks queued behind it. A
 heartbeat thread of its process renews the lease of every claim it holds while the tasks run
 — however long they run, so a long task is never taken for lost. A second delivery of a task
 whose claim is live acknowledges its message and leaves: its pool slot stays free for other
@@ -54,9 +57,10 @@ KNOWN: Final = -3
 """``claim``: the task already has a result; report it, run nothing."""
 
 # Claims several slots. KEYS: the run's cancel flag, then per slot: claim, deliveries, result.
-# ARGV: token, lease ms, max deliveries, count TTL. Returns, per slot, the delivery number
-# (> 0) when claimed, else one of the verdicts above. A poisoned slot's count is reset: a
-# retry of the run gets its attempts afresh.
+# ARGV: token, lease ms, max deliveries, count TTL, count ("1": a start; "0": reserve the
+# slot, its start is counted when it starts). Returns, per slot, the delivery number (> 0)
+# when claimed, else one of the verdicts above. A poisoned slot's count is reset: a retry of
+# the run gets its attempts afresh.
 _CLAIM_LUA: Final = """
 local cancelled = redis.call('EXISTS', KEYS[1]) == 1
 local found = {}
@@ -72,9 +76,11 @@ for i = 2, #KEYS, 3 do
   elseif tonumber(redis.call('GET', count) or '0') >= tonumber(ARGV[3]) then
     redis.call('DEL', claim, count)
     verdict = -1
-  else
+  elseif ARGV[5] == '1' then
     verdict = redis.call('INCR', count)
     redis.call('EXPIRE', count, ARGV[4])
+  else
+    verdict = tonumber(redis.call('GET', count) or '0') + 1
   end
   found[#found + 1] = verdict
 end
@@ -129,16 +135,17 @@ class ClaimKeeper:
         """:meth:`claim` each of ``slots`` (tasks of run ``run_id``), in one round trip."""
         return self.verdicts(slots, run_id, self._replies(slots, run_id))
 
-    def _replies(self, slots: Sequence[str], run_id: str) -> list[Any]:
+    def _replies(self, slots: Sequence[str], run_id: str, *, count: bool = True) -> list[Any]:
         if not slots:
             return []
         pipe = self.redis.pipeline(transaction=False)
-        self.ask(pipe, slots, run_id)
+        self.ask(pipe, slots, run_id, count=count)
         return self.answers(pipe.execute())
 
-    def ask(self, pipe: Any, slots: Sequence[str], run_id: str) -> int:
-        """Queue on ``pipe`` the claims of ``slots``; how many commands that is (their
-        replies are :meth:`answers`')."""
+    def ask(self, pipe: Any, slots: Sequence[str], run_id: str, *, count: bool = True) -> int:
+        """Queue on ``pipe`` the claims of ``slots`` (``count=False``: their reservations,
+        each start counted as it starts); how many commands that is (their replies are
+        :meth:`answers`')."""
         lease_ms = max(1, int(self.settings.claim_lease * 1000))
         for start in range(0, len(slots), CLAIMS_PER_SCRIPT):
             names = [keys.cancel(run_id)]
@@ -152,6 +159,7 @@ class ClaimKeeper:
                 lease_ms,
                 self.settings.max_deliveries,
                 self.settings.result_ttl,
+                "1" if count else "0",
             )
         return math.ceil(len(slots) / CLAIMS_PER_SCRIPT)
 
@@ -160,8 +168,11 @@ class ClaimKeeper:
         """The replies to :meth:`ask`'s commands, one per slot (for :meth:`verdicts`)."""
         return [answer for reply in replies for answer in reply]
 
-    def verdicts(self, slots: Sequence[str], run_id: str, replies: Sequence[Any]) -> list[int]:
-        """What the replies to :meth:`ask` about ``slots`` say, as :meth:`claim` does.
+    def verdicts(
+        self, slots: Sequence[str], run_id: str, replies: Sequence[Any], *, count: bool = True
+    ) -> list[int]:
+        """What the replies to :meth:`ask` about ``slots`` (asked with ``count``) say, as
+        :meth:`claim` does.
 
         A claim held by a process of this host that no longer exists (a pool process killed
         mid-task, whose worker put the message back at once) is taken over at once rather
@@ -170,7 +181,7 @@ class ClaimKeeper:
         found = [int(v) for v in replies]
         for i, slot in enumerate(slots):
             if found[i] == HELD and self._drop_dead(slot):  # claimed again, once
-                found[i] = int(self._replies([slot], run_id)[0])
+                found[i] = int(self._replies([slot], run_id, count=count)[0])
         return found
 
     def _drop_dead(self, slot: str) -> bool:

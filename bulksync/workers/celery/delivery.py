@@ -7,20 +7,23 @@ wait (model and tool calls):
 - async ones are claimed together in the round trip that reads the step, and all run on the
   process's event loop, no thread waiting for any of them; results that finish together are
   recorded together;
-- sync ones run one by one while they are quick, the first claimed with the step's read, each
-  result recorded in the round trip that claims the next task, which is cheapest; once one
-  of them took ``parallel_after`` while its thread mostly waited, the rest are claimed in one
-  round trip and run at once on the process's task threads, their claims held until a thread
-  takes each up (with a time limit, each is claimed as it starts: its clock starts with its
-  claim). Tasks that compute run one by one whatever they take: threads of one process would
-  only share its GIL.
+- sync ones run one by one while they are quick. Without a time limit they are all reserved
+  in the round trip that reads the step, their claims held from then on, and each is
+  counted as it starts by a write nobody waits for (``starts.py``): a quick task costs no
+  round trip of its own. Once one of them took ``parallel_after`` while its thread mostly
+  waited, the rest run at once on the process's task threads, each claim held until a
+  thread takes its task up. With a time limit, each is claimed as it starts, the first with
+  the step's read, each result recorded in the round trip that claims the next task (the
+  coordinator's clock for a task starts with its claim), and the rest, once one waited, are
+  claimed as threads take them up. Tasks that compute run one by one whatever they take:
+  threads of one process would only share its GIL.
 
   The results of tasks quicker than ``QUICK_TASK`` wait for a few more (``HELD_RESULTS`` at
-  most), then are recorded by one script, with the next claim: they reach the coordinator's
-  inbox together, and it takes them in one call instead of one each — most of what it spent
-  on a fan-out of trivial tasks. A held result waits at most for the next task of its
-  message to run. None is held when the tasks have a time limit (the coordinator would count
-  the wait against it), and an error is never held (it stops the step).
+  most), then are recorded by one script: they reach the coordinator's inbox together, and
+  it takes them in one call instead of one each — most of what it spent on a fan-out of
+  trivial tasks. A held result waits at most for the next task of its message to run. None
+  is held when the tasks have a time limit (the coordinator would count the wait against
+  it), and an error is never held (it stops the step).
 
 Tasks not started when the run was cancelled are not run.
 """
@@ -85,16 +88,22 @@ class Ran:
 
 
 def first_claims(
-    descs: Sequence[wire.TaskDescriptor], spec: GraphSpec, settings: Settings
-) -> Sequence[wire.TaskDescriptor]:
-    """The tasks of a message a delivery claims first, all at once: asked for in the round
-    trip that reads the step (``Delivery(claimed=...)``). Every async task when they run at
-    once, else the first task."""
+    descs: Sequence[wire.TaskDescriptor],
+    spec: GraphSpec,
+    settings: Settings,
+    timeout: float | None,
+) -> tuple[Sequence[wire.TaskDescriptor], bool]:
+    """The tasks of a message a delivery claims first, all at once, in the round trip that
+    reads the step (``Delivery(claimed=...)``), and whether those claims count their starts:
+    every async task when they run at once (they all start now); every sync task without a
+    time limit, reserved (each counted as it starts); else the first task."""
     if not descs:
-        return []
-    if spec.nodes[descs[0].node].is_async and settings.task_threads > 1:
-        return descs
-    return descs[:1]
+        return [], True
+    if spec.nodes[descs[0].node].is_async:
+        return (descs if settings.task_threads > 1 else descs[:1]), True
+    if not timeout:
+        return descs, False
+    return descs[:1], True
 
 
 def release_unused(keeper: claims.ClaimKeeper, claimed: dict[str, Any]) -> None:
@@ -117,6 +126,7 @@ class Delivery:
         step: RemoteStep,
         live: StepLive,
         claimed: dict[str, Any] | None = None,
+        counted: bool = True,
     ) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
@@ -127,7 +137,9 @@ class Delivery:
         self.live = live
         self.keeper = runtime.claims()
         self.recorder = runtime.recorder()
+        self.starts = runtime.starts()
         self._claimed = dict(claimed or {})  # slot -> the reply to its claim, asked already
+        self._reserved = not counted  # those claims reserve: each start is counted apart
         self._scope: CancelScope | None = None  # the delivery's, while it runs (``run``)
 
     def run(self, todo: list[Todo], is_async: bool) -> list[tuple[Todo, Any]]:
@@ -174,7 +186,7 @@ class Delivery:
             )
         elif all(slot in self._claimed for slot in slots):  # asked with the step's read
             replies = [self._claimed.pop(slot) for slot in slots]
-            found = self.keeper.verdicts(slots, self.run_id, replies)
+            found = self.keeper.verdicts(slots, self.run_id, replies, count=not self._reserved)
         else:
             found = self.keeper.claim_many(slots, self.run_id)
         answers: list[Any] = []
@@ -221,6 +233,8 @@ class Delivery:
     # -- sync tasks -----------------------------------------------------------------------
 
     def _run_sync(self, todo: list[Todo]) -> list[tuple[Todo, Any]]:
+        if self._reserved and all(desc.slot in self._claimed for desc, _ in todo):
+            return self._run_reserved(todo)
         done: list[tuple[Todo, Any]] = []
         rest: list[Todo] = []
         finished: list[Record] = []  # results not recorded yet: with the next claim
@@ -254,16 +268,101 @@ class Delivery:
                 done.append((task, answer))
         return done
 
-    def _run_at_once(self, rest: list[Todo]) -> list[tuple[Todo, Any]]:
+    def _run_reserved(self, todo: list[Todo]) -> list[tuple[Todo, Any]]:
+        """Run sync tasks reserved with the step's read (no time limit): one by one while
+        they are quick, each start counted as it starts, the results of quick ones recorded
+        a few at a time; once one waited, the rest at once."""
+        answers = self.verdicts([desc for desc, _ in todo])  # the read's replies: no round trip
+        claims = {
+            desc.slot: self.keeper.hold(desc.slot)
+            for (desc, _), answer in zip(todo, answers, strict=True)
+            if answer is None
+        }
+        done: list[tuple[Todo, Any]] = []
+        later: list[tuple[Todo, Any]] = []  # after a task that waited: they run at once
+        finished: list[Record] = []  # results not recorded yet
+        try:
+            for i, (task, answer) in enumerate(zip(todo, answers, strict=True)):
+                if answer is CANCELLED or (answer is None and self._cancelled()):
+                    return done
+                if answer is not None:
+                    done.append((task, answer))
+                    continue
+                self.starts.count([task[0].slot])
+                ran = self._run_claimed(*task, claims.pop(task[0].slot))
+                done.append((task, ran.answer))
+                finished.append(ran.record)
+                if not self._may_hold(finished, ran):
+                    recorded, finished = finished, []
+                    if self._record(recorded):
+                        return done
+                if self._waits(ran):  # a model or tool call: the others run at once
+                    later = list(zip(todo[i + 1 :], answers[i + 1 :], strict=True))
+                    break
+            recorded, finished = finished, []
+            if self._record(recorded):
+                return done
+            rest = [task for task, answer in later if answer is None]
+            at_once = self._run_at_once(rest, [claims.pop(t[0].slot) for t in rest])
+            by_slot = {task[0].slot: answer for task, answer in at_once}
+            for task, answer in later:
+                answer = by_slot[task[0].slot] if answer is None else answer
+                if answer is not CANCELLED:
+                    done.append((task, answer))
+        finally:
+            self._record(finished)
+            for claim in claims.values():  # reserved, never started
+                self.keeper.unhold(claim)
+                self.keeper.release(claim)
+        return done
+
+    def _cancelled(self) -> bool:
+        """Whether this delivery's step or run was cancelled (as its scope last saw)."""
+        return self._scope is not None and self._scope.cancelled
+
+    def _record(self, records: list[Record]) -> bool:
+        """Record ``records`` now, dropping their claims; whether the step or the run was
+        cancelled, as Redis says in the same round trip (no task of it may start then)."""
+        if not records:
+            return False
+        pipe = self.runtime.redis().pipeline(transaction=False)
+        recording = self.recorder.queue(pipe, records)
+        pipe.exists(keys.cancel(self.run_id), keys.step_cancel(self.step_key))
+        try:
+            try:
+                replies = pipe.execute()
+            except redis.RedisError:
+                self.recorder.write(records)  # through an outage; the stopper watches the flags
+                return False
+            self.recorder.written(records, replies[:recording])
+            return bool(replies[recording])
+        finally:
+            self._let_go(records)
+
+    def _run_at_once(
+        self, rest: list[Todo], held: list[Held] | None = None
+    ) -> list[tuple[Todo, Any]]:
         """Run ``rest`` on the process's task threads; ``(task, answer)`` for each, in order.
 
-        Without a time limit they are claimed in one round trip and held until a thread
-        takes each up (a claim per task cost a round trip and a thread switch each, and held
-        the starts of a wide fan-out back). With one, each is claimed as a thread takes it
-        up: the coordinator's clock of a task starts with its claim.
+        Without a time limit they are claimed in one round trip — or were reserved already,
+        their claims ``held``, and are counted now — and each claim is held until a thread
+        takes its task up (a claim per task cost a round trip and a thread switch each, and
+        held the starts of a wide fan-out back). With one, each is claimed as a thread takes
+        it up: the coordinator's clock of a task starts with its claim.
         """
+        if not rest:
+            return []
         pool = self.runtime.task_pool()
-        if self.timeout:
+        if held is not None:
+            try:
+                self.starts.count([desc.slot for desc, _ in rest])
+            except BaseException:
+                for claim in held:
+                    self.keeper.unhold(claim)
+                    self.keeper.release(claim)
+                raise
+            running = [pool.submit(self._run_one, t, c) for t, c in zip(rest, held, strict=True)]
+        elif self.timeout:
             running = [pool.submit(self._run_one, task) for task in rest]
         else:
             refusals = self.verdicts([desc for desc, _ in rest]) if rest else []

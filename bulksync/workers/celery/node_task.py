@@ -44,6 +44,7 @@ from bulksync.workers.celery.claims import Held
 from bulksync.workers.celery.coordinator_saver import CoordinatorSaver
 from bulksync.workers.celery.delivery import SKIPPED, Delivery, first_claims, release_unused
 from bulksync.workers.celery.recorder import Record, Recorder
+from bulksync.workers.celery.starts import StartCounter
 from bulksync.workers.celery.stopper import TaskStopper
 from bulksync.workers.registry import GraphRegistry, task_name, walk_specs
 from bulksync.workers.remote import RemoteStep
@@ -69,6 +70,7 @@ class WorkerRuntime:
         self._claims: dict[int, claims.ClaimKeeper] = {}
         self._recorders: dict[int, Recorder] = {}
         self._stoppers: dict[int, TaskStopper] = {}
+        self._starts: dict[int, StartCounter] = {}
         self._pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
         self._loops: dict[int, asyncio.AbstractEventLoop] = {}
         self._lock = threading.Lock()
@@ -105,7 +107,7 @@ class WorkerRuntime:
         r = self.redis()
         descs = self.descriptors(step_key, descs)
         keeper = self.claims()
-        first = first_claims(descs, spec, self.settings)
+        first, counted = first_claims(descs, spec, self.settings, timeout)
 
         def read(claiming: Sequence[wire.TaskDescriptor]) -> list[Any]:
             pipe = r.pipeline(transaction=False)
@@ -115,7 +117,7 @@ class WorkerRuntime:
                 [keys.STATE_FIELD, *(keys.task_input_field(d.id) for d in descs)],
             )
             pipe.mget([keys.result(d.slot) for d in descs])
-            keeper.ask(pipe, [d.slot for d in claiming], run_id)
+            keeper.ask(pipe, [d.slot for d in claiming], run_id, count=counted)
             return pipe.execute()
 
         # The first claims ride along, once: retried, a claim whose reply was lost would come
@@ -149,7 +151,7 @@ class WorkerRuntime:
                 finished.append(Record(step_key, desc.slot, result))
         self.recorder().write(finished)
         is_async = bool(todo) and spec.nodes[todo[0][0].node].is_async
-        delivery = Delivery(self, step_key, run_id, timeout, step, live, claimed)
+        delivery = Delivery(self, step_key, run_id, timeout, step, live, claimed, counted)
         answers = delivery.run(todo, is_async)
 
         ran = 0
@@ -250,6 +252,15 @@ class WorkerRuntime:
             recorder = Recorder(self.redis(), self.settings)
             self._recorders = {pid: recorder}
         return recorder
+
+    def starts(self) -> StartCounter:
+        """This process's counter of task starts (never shared with a parent)."""
+        pid = os.getpid()
+        counter = self._starts.get(pid)
+        if counter is None:
+            counter = StartCounter(self.redis(), self.settings)
+            self._starts = {pid: counter}
+        return counter
 
     def stopper(self) -> TaskStopper:
         """This process's watch for cancelled steps and runs (never shared with a parent)."""
