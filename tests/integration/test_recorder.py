@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import threading
 import time
 import uuid
@@ -19,9 +20,10 @@ from redis.retry import Retry
 
 from bulksync import keys
 from bulksync.settings import Settings
-from bulksync.workers.celery import claims
+from bulksync.workers.celery import claims, starts
 from bulksync.workers.celery.claims import ClaimKeeper
 from bulksync.workers.celery.recorder import Record, Recorder
+from bulksync.workers.celery.starts import StartCounter
 
 pytestmark = pytest.mark.integration
 
@@ -219,6 +221,95 @@ def test_one_script_claims_several_slots_each_with_its_own_verdict(
         assert r.get(keys.claim(poisoned)) is None
         assert r.get(keys.claim(held)) == b"another worker"
     finally:
+        _cleanup(r, slots)
+
+
+def test_reserved_slots_are_claimed_without_counting_their_starts(
+    r: CountingRedis, step: str, settings: Settings
+) -> None:
+    keeper = ClaimKeeper(r, settings)
+    slots = _slots(step, claims.CLAIMS_PER_SCRIPT + 2)  # two scripts: the count spans them
+    counted = claims.CLAIMS_PER_SCRIPT + 1
+    poisoned = slots[-1]
+    try:
+        r.set(keys.deliveries(poisoned), settings.max_deliveries)
+        pipe = r.pipeline(transaction=False)
+        keeper.ask(pipe, slots[1:], "run", counted=0)  # reserved
+        replies = keeper.answers(pipe.execute())
+        assert replies == [1] * (len(slots) - 2) + [claims.POISONED]  # (the first start each)
+        assert r.mget([keys.deliveries(s) for s in slots[1:]]) == [None] * (len(slots) - 1)
+        for slot in slots[1:-1]:
+            r.delete(keys.claim(slot))
+        pipe = r.pipeline(transaction=False)
+        keeper.ask(pipe, slots, "run", counted=counted)  # the first ones count, the rest not
+        assert keeper.answers(pipe.execute()) == [1] * len(slots)
+        counts = r.mget([keys.deliveries(s) for s in slots])
+        assert counts == [b"1"] * counted + [None]
+        assert all(r.ttl(keys.deliveries(s)) > 0 for s in slots[:counted])
+        assert r.mget([keys.claim(s) for s in slots]) == [keeper.token.encode()] * len(slots)
+    finally:
+        _cleanup(r, slots)
+
+
+def test_a_start_counter_counts_before_it_returns_and_reads_the_replies_later(
+    r: CountingRedis, step: str, settings: Settings
+) -> None:
+    counter = StartCounter(r, settings)
+    slots = _slots(step, starts.UNREAD // 2)  # two commands each: the last makes UNREAD
+    try:
+        r.trips = 0
+        for slot in slots[:-1]:
+            counter.count([slot])
+        assert counter._unread == starts.UNREAD - 2  # none read yet: nothing waited for
+        counter.count(slots[-1:])
+        assert counter._unread == 0
+        assert r.trips == 0  # its own connection, out of the client's pool
+        assert r.mget([keys.deliveries(s) for s in slots]) == [b"1"] * len(slots)
+        assert all(r.ttl(keys.deliveries(s)) > 0 for s in slots)
+    finally:
+        counter.close()
+        _cleanup(r, slots)
+
+
+def test_a_start_counter_writes_on_a_new_connection_once_the_server_closed_its_own(
+    r: CountingRedis, step: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(starts, "IDLE", 0.0)  # look at the connection before every write
+    counter = StartCounter(r, settings)
+    first, second = slots = _slots(step, 2)
+    try:
+        counter.count([first])
+        host, port = counter._conn._sock.getsockname()[:2]
+        assert r.client_kill(f"{host}:{port}")  # an idle timeout, a restart
+        counter.count([second])
+        deadline = time.monotonic() + 5
+        while r.get(keys.deliveries(second)) is None:  # (written, not waited for)
+            assert time.monotonic() < deadline, "the count after the close was lost"
+            time.sleep(0.01)
+        assert r.mget([keys.deliveries(s) for s in slots]) == [b"1", b"1"]
+    finally:
+        counter.close()
+        _cleanup(r, slots)
+
+
+def test_a_start_count_redis_refuses_is_logged(
+    r: CountingRedis,
+    step: str,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setattr(starts, "UNREAD", 2)  # one count's replies are read at once
+    counter = StartCounter(r, settings)
+    slots = _slots(step, 1)
+    try:
+        r.set(keys.deliveries(slots[0]), b"not a number")
+        with caplog.at_level(logging.WARNING, logger=starts.__name__):
+            counter.count(slots)
+        assert "Redis refused 1 task start count(s)" in caplog.text
+        assert "not an integer" in caplog.text
+    finally:
+        counter.close()
         _cleanup(r, slots)
 
 

@@ -37,7 +37,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any, Final
 
 import redis
@@ -57,10 +57,10 @@ KNOWN: Final = -3
 """``claim``: the task already has a result; report it, run nothing."""
 
 # Claims several slots. KEYS: the run's cancel flag, then per slot: claim, deliveries, result.
-# ARGV: token, lease ms, max deliveries, count TTL, count ("1": a start; "0": reserve the
-# slot, its start is counted when it starts). Returns, per slot, the delivery number (> 0)
-# when claimed, else one of the verdicts above. A poisoned slot's count is reset: a retry of
-# the run gets its attempts afresh.
+# ARGV: token, lease ms, max deliveries, count TTL, how many of the first slots to count as
+# started (the others are reserved: each start is counted as it starts). Returns, per slot,
+# the delivery number (> 0) when claimed, else one of the verdicts above. A poisoned slot's
+# count is reset: a retry of the run gets its attempts afresh.
 _CLAIM_LUA: Final = """
 local cancelled = redis.call('EXISTS', KEYS[1]) == 1
 local found = {}
@@ -76,7 +76,7 @@ for i = 2, #KEYS, 3 do
   elseif tonumber(redis.call('GET', count) or '0') >= tonumber(ARGV[3]) then
     redis.call('DEL', claim, count)
     verdict = -1
-  elseif ARGV[5] == '1' then
+  elseif (i + 1) / 3 <= tonumber(ARGV[5]) then
     verdict = redis.call('INCR', count)
     redis.call('EXPIRE', count, ARGV[4])
   else
@@ -135,17 +135,22 @@ class ClaimKeeper:
         """:meth:`claim` each of ``slots`` (tasks of run ``run_id``), in one round trip."""
         return self.verdicts(slots, run_id, self._replies(slots, run_id))
 
-    def _replies(self, slots: Sequence[str], run_id: str, *, count: bool = True) -> list[Any]:
+    def _replies(
+        self, slots: Sequence[str], run_id: str, *, counted: int | None = None
+    ) -> list[Any]:
         if not slots:
             return []
         pipe = self.redis.pipeline(transaction=False)
-        self.ask(pipe, slots, run_id, count=count)
+        self.ask(pipe, slots, run_id, counted=counted)
         return self.answers(pipe.execute())
 
-    def ask(self, pipe: Any, slots: Sequence[str], run_id: str, *, count: bool = True) -> int:
-        """Queue on ``pipe`` the claims of ``slots`` (``count=False``: their reservations,
-        each start counted as it starts); how many commands that is (their replies are
-        :meth:`answers`')."""
+    def ask(
+        self, pipe: Any, slots: Sequence[str], run_id: str, *, counted: int | None = None
+    ) -> int:
+        """Queue on ``pipe`` the claims of ``slots``, the first ``counted`` (default: all)
+        counted as started, the others reserved (each counted as it starts, ``starts.py``);
+        how many commands that is (their replies are :meth:`answers`')."""
+        counted = len(slots) if counted is None else counted
         lease_ms = max(1, int(self.settings.claim_lease * 1000))
         for start in range(0, len(slots), CLAIMS_PER_SCRIPT):
             names = [keys.cancel(run_id)]
@@ -159,7 +164,7 @@ class ClaimKeeper:
                 lease_ms,
                 self.settings.max_deliveries,
                 self.settings.result_ttl,
-                "1" if count else "0",
+                max(0, counted - start),
             )
         return math.ceil(len(slots) / CLAIMS_PER_SCRIPT)
 
@@ -169,10 +174,15 @@ class ClaimKeeper:
         return [answer for reply in replies for answer in reply]
 
     def verdicts(
-        self, slots: Sequence[str], run_id: str, replies: Sequence[Any], *, count: bool = True
+        self,
+        slots: Sequence[str],
+        run_id: str,
+        replies: Sequence[Any],
+        *,
+        reserved: Collection[str] = (),
     ) -> list[int]:
-        """What the replies to :meth:`ask` about ``slots`` (asked with ``count``) say, as
-        :meth:`claim` does.
+        """What the replies to :meth:`ask` about ``slots`` say, as :meth:`claim` does (the
+        slots ``reserved`` were asked for without counting their starts).
 
         A claim held by a process of this host that no longer exists (a pool process killed
         mid-task, whose worker put the message back at once) is taken over at once rather
@@ -181,7 +191,8 @@ class ClaimKeeper:
         found = [int(v) for v in replies]
         for i, slot in enumerate(slots):
             if found[i] == HELD and self._drop_dead(slot):  # claimed again, once
-                found[i] = int(self._replies([slot], run_id, count=count)[0])
+                counted = 0 if slot in reserved else 1
+                found[i] = int(self._replies([slot], run_id, counted=counted)[0])
         return found
 
     def _drop_dead(self, slot: str) -> bool:

@@ -36,7 +36,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import redis
@@ -92,18 +92,19 @@ def first_claims(
     spec: GraphSpec,
     settings: Settings,
     timeout: float | None,
-) -> tuple[Sequence[wire.TaskDescriptor], bool]:
+) -> tuple[Sequence[wire.TaskDescriptor], int]:
     """The tasks of a message a delivery claims first, all at once, in the round trip that
-    reads the step (``Delivery(claimed=...)``), and whether those claims count their starts:
-    every async task when they run at once (they all start now); every sync task without a
-    time limit, reserved (each counted as it starts); else the first task."""
+    reads the step (``Delivery(claimed=...)``), and how many of the first of them start at
+    once (their claims count their starts; the others are reserved, each counted as it
+    starts): every async task when they run at once; every sync task without a time limit,
+    the first starting at once; else the first task."""
     if not descs:
-        return [], True
-    if spec.nodes[descs[0].node].is_async:
-        return (descs if settings.task_threads > 1 else descs[:1]), True
-    if not timeout:
-        return descs, False
-    return descs[:1], True
+        return [], 0
+    if spec.nodes[descs[0].node].is_async and settings.task_threads > 1:
+        return descs, len(descs)
+    if spec.nodes[descs[0].node].is_async or timeout:
+        return descs[:1], 1
+    return descs, 1
 
 
 def release_unused(keeper: claims.ClaimKeeper, claimed: dict[str, Any]) -> None:
@@ -126,7 +127,7 @@ class Delivery:
         step: RemoteStep,
         live: StepLive,
         claimed: dict[str, Any] | None = None,
-        counted: bool = True,
+        reserved: Collection[str] = (),
     ) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
@@ -139,7 +140,7 @@ class Delivery:
         self.recorder = runtime.recorder()
         self.starts = runtime.starts()
         self._claimed = dict(claimed or {})  # slot -> the reply to its claim, asked already
-        self._reserved = not counted  # those claims reserve: each start is counted apart
+        self._reserved = frozenset(reserved)  # of those, the slots whose starts are not counted
         self._scope: CancelScope | None = None  # the delivery's, while it runs (``run``)
 
     def run(self, todo: list[Todo], is_async: bool) -> list[tuple[Todo, Any]]:
@@ -186,7 +187,7 @@ class Delivery:
             )
         elif all(slot in self._claimed for slot in slots):  # asked with the step's read
             replies = [self._claimed.pop(slot) for slot in slots]
-            found = self.keeper.verdicts(slots, self.run_id, replies, count=not self._reserved)
+            found = self.keeper.verdicts(slots, self.run_id, replies, reserved=self._reserved)
         else:
             found = self.keeper.claim_many(slots, self.run_id)
         answers: list[Any] = []
@@ -233,7 +234,7 @@ class Delivery:
     # -- sync tasks -----------------------------------------------------------------------
 
     def _run_sync(self, todo: list[Todo]) -> list[tuple[Todo, Any]]:
-        if self._reserved and all(desc.slot in self._claimed for desc, _ in todo):
+        if todo and not self.timeout and all(desc.slot in self._claimed for desc, _ in todo):
             return self._run_reserved(todo)
         done: list[tuple[Todo, Any]] = []
         rest: list[Todo] = []
@@ -269,9 +270,9 @@ class Delivery:
         return done
 
     def _run_reserved(self, todo: list[Todo]) -> list[tuple[Todo, Any]]:
-        """Run sync tasks reserved with the step's read (no time limit): one by one while
-        they are quick, each start counted as it starts, the results of quick ones recorded
-        a few at a time; once one waited, the rest at once."""
+        """Run sync tasks claimed or reserved with the step's read (no time limit): one by
+        one while they are quick, each reserved one counted as it starts, the results of
+        quick ones recorded a few at a time; once one waited, the rest at once."""
         answers = self.verdicts([desc for desc, _ in todo])  # the read's replies: no round trip
         claims = {
             desc.slot: self.keeper.hold(desc.slot)
@@ -288,7 +289,7 @@ class Delivery:
                 if answer is not None:
                     done.append((task, answer))
                     continue
-                self.starts.count([task[0].slot])
+                self._count([task[0].slot])
                 ran = self._run_claimed(*task, claims.pop(task[0].slot))
                 done.append((task, ran.answer))
                 finished.append(ran.record)
@@ -315,6 +316,10 @@ class Delivery:
                 self.keeper.unhold(claim)
                 self.keeper.release(claim)
         return done
+
+    def _count(self, slots: list[str]) -> None:
+        """Count the starts of ``slots`` that the claims that took them did not count."""
+        self.starts.count([slot for slot in slots if slot in self._reserved])
 
     def _cancelled(self) -> bool:
         """Whether this delivery's step or run was cancelled (as its scope last saw)."""
@@ -355,7 +360,7 @@ class Delivery:
         pool = self.runtime.task_pool()
         if held is not None:
             try:
-                self.starts.count([desc.slot for desc, _ in rest])
+                self._count([desc.slot for desc, _ in rest])
             except BaseException:
                 for claim in held:
                     self.keeper.unhold(claim)

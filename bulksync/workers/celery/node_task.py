@@ -117,7 +117,7 @@ class WorkerRuntime:
                 [keys.STATE_FIELD, *(keys.task_input_field(d.id) for d in descs)],
             )
             pipe.mget([keys.result(d.slot) for d in descs])
-            keeper.ask(pipe, [d.slot for d in claiming], run_id, count=counted)
+            keeper.ask(pipe, [d.slot for d in claiming], run_id, counted=counted)
             return pipe.execute()
 
         # The first claims ride along, once: retried, a claim whose reply was lost would come
@@ -151,7 +151,8 @@ class WorkerRuntime:
                 finished.append(Record(step_key, desc.slot, result))
         self.recorder().write(finished)
         is_async = bool(todo) and spec.nodes[todo[0][0].node].is_async
-        delivery = Delivery(self, step_key, run_id, timeout, step, live, claimed, counted)
+        reserved = {d.slot for d in first[counted:]}  # (none when the read was retried)
+        delivery = Delivery(self, step_key, run_id, timeout, step, live, claimed, reserved)
         answers = delivery.run(todo, is_async)
 
         ran = 0

@@ -10,15 +10,17 @@ replies in bulk long after they arrived (every ``UNREAD`` of them): a quick task
 after a socket write, where a round trip (a wait for Redis, and for the CPU back) used to
 cost more than the task itself.
 
-A count that Redis refuses, or that a broken connection loses after it was written, is
-logged: its task ran, uncounted. A write that fails is retried through a Redis outage; the
-task starts only once its count is written.
+A write that fails is retried through a Redis outage; the task starts only once its count
+is written. After an idle second the connection is looked at before the next write (a
+server that closed it shows then). A count that Redis refuses, or that a connection broken
+after the write loses, is logged: its task ran, uncounted.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -32,6 +34,10 @@ log = logging.getLogger(__name__)
 
 UNREAD: Final = 512
 """Replies left unread at most; then they are read (they arrived long ago: no wait)."""
+IDLE: Final = 1.0
+"""Seconds without a count after which the replies that arrived are read before the next
+count is written: a connection the server closed meanwhile (an idle timeout, a restart)
+shows there, and the count goes on a new one instead of being lost."""
 
 
 class StartCounter:
@@ -42,6 +48,7 @@ class StartCounter:
         self.settings = settings
         self._conn: Any = None  # opened on the first count
         self._unread = 0
+        self._sent = 0.0  # when a count was last written
         self._lock = threading.Lock()
 
     def count(self, slots: Sequence[str]) -> None:
@@ -62,32 +69,47 @@ class StartCounter:
 
     def _send(self, commands: list[tuple[Any, ...]]) -> None:
         with self._lock:
-            if self._conn is None:
-                self._conn = self._pool.connection_class(**self._pool.connection_kwargs)
-            conn = self._conn
             try:
+                if time.monotonic() - self._sent > IDLE:
+                    self._read(self._connection(), arrived=True)
+                conn = self._connection()  # (anew, if that found it closed)
                 conn.send_packed_command(conn.pack_commands(commands), check_health=False)
             except BaseException:
                 self._drop()  # the replies owed on it go with it
                 raise
+            self._sent = time.monotonic()
             self._unread += len(commands)
             if self._unread >= UNREAD:
-                self._read()
+                self._read(conn)
 
-    def _read(self) -> None:
-        """Read the replies owed (under the lock)."""
-        conn, unread, self._unread = self._conn, self._unread, 0
+    def close(self) -> None:
+        """Read the replies owed, then close the connection (a later count opens one)."""
+        with self._lock:
+            if self._conn is not None:
+                self._read(self._conn)
+            self._drop()
+
+    def _connection(self) -> Any:
+        if self._conn is None:
+            self._conn = self._pool.connection_class(**self._pool.connection_kwargs)
+        return self._conn
+
+    def _read(self, conn: Any, *, arrived: bool = False) -> None:
+        """Read the replies owed (under the lock), or only those that ``arrived``, without
+        waiting: a connection the server closed shows there, before a count is written into
+        it. Refused counts are logged; a broken connection is dropped."""
         refused: list[redis.ResponseError] = []
         try:
-            for _ in range(unread):
+            while conn.can_read(timeout=0) if arrived else self._unread > 0:
                 try:
                     conn.read_response()
                 except redis.ResponseError as exc:
                     refused.append(exc)
+                self._unread -= 1
         except redis.RedisError as exc:
-            log.warning("task starts written may not have been counted: %s", exc)
+            if self._unread > 0:
+                log.warning("task starts written may not have been counted: %s", exc)
             self._drop()
-            return
         if refused:
             log.warning("Redis refused %d task start count(s): %s", len(refused), refused[0])
 
