@@ -7,12 +7,12 @@ wait (model and tool calls):
 - async ones are claimed together in the round trip that reads the step, and all run on the
   process's event loop, no thread waiting for any of them; results that finish together are
   recorded together;
-- sync ones run one by one while they are quick. Without a time limit they are all reserved
-  in the round trip that reads the step, their claims held from then on, and each is
-  counted as it starts by a write nobody waits for (``starts.py``): a quick task costs no
-  round trip of its own. Once one of them took ``parallel_after`` while its thread mostly
-  waited, the rest run at once on the process's task threads, each claim held until a
-  thread takes its task up. With a time limit, each is claimed as it starts, the first with
+- sync ones run one by one while they are quick. Without a time limit they are all claimed
+  in the round trip that reads the step, their claims held from then on: the first counted
+  as started, the others only reserved, each counted as it starts by a write nobody waits
+  for (``starts.py``). A quick task costs no round trip of its own. Once one of them took
+  ``parallel_after`` while its thread mostly waited, the rest run at once on the process's
+  task threads, each claim held until a thread takes its task up. With a time limit, each is claimed as it starts, the first with
   the step's read, each result recorded in the round trip that claims the next task (the
   coordinator's clock for a task starts with its claim), and the rest, once one waited, are
   claimed as threads take them up. Tasks that compute run one by one whatever they take:
