@@ -12,11 +12,12 @@ wait (model and tool calls):
   as started, the others only reserved, each counted as it starts by a write nobody waits
   for (``starts.py``). A quick task costs no round trip of its own. Once one of them took
   ``parallel_after`` while its thread mostly waited, the rest run at once on the process's
-  task threads, each claim held until a thread takes its task up. With a time limit, each is claimed as it starts, the first with
-  the step's read, each result recorded in the round trip that claims the next task (the
-  coordinator's clock for a task starts with its claim), and the rest, once one waited, are
-  claimed as threads take them up. Tasks that compute run one by one whatever they take:
-  threads of one process would only share its GIL.
+  task threads, each claim held until a thread takes its task up. With a time limit, each
+  is claimed as it starts, the first with the step's read, each result recorded in the
+  round trip that claims the next task (the coordinator's clock for a task starts with its
+  claim), and the rest, once one waited, are claimed as threads take them up. Tasks that
+  compute run one by one whatever they take: threads of one process would only share its
+  GIL.
 
   The results of tasks quicker than ``QUICK_TASK`` wait for a few more (``HELD_RESULTS`` at
   most), then are recorded by one script: they reach the coordinator's inbox together, and
