@@ -23,7 +23,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import redis
 from celery import Celery
@@ -51,6 +51,8 @@ from bulksync.workers.remote import RemoteStep
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 IO_THREADS: Final = 32
 """Threads of a worker process's event loop for the Redis calls around its async tasks."""
 
@@ -73,7 +75,21 @@ class WorkerRuntime:
         self._starts: dict[int, StartCounter] = {}
         self._pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
         self._loops: dict[int, asyncio.AbstractEventLoop] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (a thing made may need another: the client)
+
+    def _own(self, field: str, make: Callable[[], T]) -> T:
+        """This process's thing in the ``{pid: thing}`` attribute ``field``, made on first
+        use by ``make`` (once, whatever the threads); one a parent made before the fork is
+        dropped, never used."""
+        pid = os.getpid()
+        found: T | None = getattr(self, field).get(pid)
+        if found is None:
+            with self._lock:
+                found = getattr(self, field).get(pid)
+                if found is None:
+                    found = make()
+                    setattr(self, field, {pid: found})
+        return found
 
     def redis(self) -> redis.Redis:
         """This process's Redis client (a pool forked from a parent is never reused).
@@ -82,13 +98,8 @@ class WorkerRuntime:
         pool's, the task threads, the event loop's I/O threads, the heartbeats (they open
         only when used); a call finding none free waits for one rather than failing.
         """
-        pid = os.getpid()
-        client = self._clients.get(pid)
-        if client is None:
-            pool = (self.settings.concurrency or os.cpu_count() or 1) + self.settings.task_threads
-            client = redis_client(self.redis_url, pool + IO_THREADS + 4)
-            self._clients = {pid: client}
-        return client
+        pool = (self.settings.concurrency or os.cpu_count() or 1) + self.settings.task_threads
+        return self._own("_clients", lambda: redis_client(self.redis_url, pool + IO_THREADS + 4))
 
     def run_message(
         self,
@@ -200,77 +211,33 @@ class WorkerRuntime:
 
     def task_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """This process's threads for running a message's tasks at once (never a parent's)."""
-        pid = os.getpid()
-        pool = self._pools.get(pid)
-        if pool is None:
-            with self._lock:
-                pool = self._pools.get(pid)
-                if pool is None:
-                    pool = concurrent.futures.ThreadPoolExecutor(
-                        self.settings.task_threads, thread_name_prefix="bulksync-task"
-                    )
-                    self._pools = {pid: pool}
-        return pool
+        return self._own(
+            "_pools",
+            lambda: concurrent.futures.ThreadPoolExecutor(
+                self.settings.task_threads, thread_name_prefix="bulksync-task"
+            ),
+        )
 
     def event_loop(self) -> asyncio.AbstractEventLoop:
         """This process's event loop for async nodes, on a thread of its own (started on
         first use; never a parent's): the async tasks of every message run there together."""
-        pid = os.getpid()
-        loop = self._loops.get(pid)
-        if loop is None:
-            with self._lock:
-                loop = self._loops.get(pid)
-                if loop is None:
-                    loop = asyncio.new_event_loop()
-                    # Its threads do the Redis calls around each async task.
-                    loop.set_default_executor(
-                        concurrent.futures.ThreadPoolExecutor(
-                            IO_THREADS, thread_name_prefix="bulksync-io"
-                        )
-                    )
-                    started = threading.Event()
-                    loop.call_soon(started.set)
-                    name = "bulksync-async-nodes"
-                    threading.Thread(target=loop.run_forever, name=name, daemon=True).start()
-                    started.wait()
-                    self._loops = {pid: loop}
-        return loop
+        return self._own("_loops", _started_loop)
 
     def claims(self) -> claims.ClaimKeeper:
         """This process's task claims and their heartbeat (never shared with a parent)."""
-        pid = os.getpid()
-        keeper = self._claims.get(pid)
-        if keeper is None:
-            keeper = claims.ClaimKeeper(self.redis(), self.settings)
-            self._claims = {pid: keeper}
-        return keeper
+        return self._own("_claims", lambda: claims.ClaimKeeper(self.redis(), self.settings))
 
     def recorder(self) -> Recorder:
         """This process's writer of task results (never shared with a parent)."""
-        pid = os.getpid()
-        recorder = self._recorders.get(pid)
-        if recorder is None:
-            recorder = Recorder(self.redis(), self.settings)
-            self._recorders = {pid: recorder}
-        return recorder
+        return self._own("_recorders", lambda: Recorder(self.redis(), self.settings))
 
     def starts(self) -> StartCounter:
         """This process's counter of task starts (never shared with a parent)."""
-        pid = os.getpid()
-        counter = self._starts.get(pid)
-        if counter is None:
-            counter = StartCounter(self.redis(), self.settings)
-            self._starts = {pid: counter}
-        return counter
+        return self._own("_starts", lambda: StartCounter(self.redis(), self.settings))
 
     def stopper(self) -> TaskStopper:
         """This process's watch for cancelled steps and runs (never shared with a parent)."""
-        pid = os.getpid()
-        stopper = self._stoppers.get(pid)
-        if stopper is None:
-            stopper = TaskStopper(self.redis(), self.settings.cancel_poll)
-            self._stoppers = {pid: stopper}
-        return stopper
+        return self._own("_stoppers", lambda: TaskStopper(self.redis(), self.settings.cancel_poll))
 
     def descriptors(self, step_key: str, descs: list[Any] | str) -> list[wire.TaskDescriptor]:
         """The descriptors a message carries, read from the step hash when it names them."""
@@ -395,6 +362,20 @@ def _failure(
         f"node '{desc.node}' failed: {type(error).__name__}: {error} "
         f"[run={run_id or '-'} thread={thread} step={desc.step} task={desc.id}]{more}"
     )
+
+
+def _started_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop running on a thread of its own, its threads doing the Redis calls
+    around each async task."""
+    loop = asyncio.new_event_loop()
+    loop.set_default_executor(
+        concurrent.futures.ThreadPoolExecutor(IO_THREADS, thread_name_prefix="bulksync-io")
+    )
+    started = threading.Event()
+    loop.call_soon(started.set)
+    threading.Thread(target=loop.run_forever, name="bulksync-async-nodes", daemon=True).start()
+    started.wait()
+    return loop
 
 
 _runtime: WorkerRuntime | None = None
