@@ -2,13 +2,14 @@
 
 Tables, their migrations and the statements run against them are in ``pg_migrations.py``
 (``setup()`` applies the migrations; it runs by itself on first use); how a commit queues
-them, in ``pg_commits.py``. Storage follows
-``SqliteSaver``: a blob row only for the channels in ``new_versions`` (a (channel, version)
-put again is replaced: forks reuse versions); regular writes keep the first value (``ON
-CONFLICT DO NOTHING``), special writes the last (upsert). ``list`` reads a page of
-checkpoints, then the page's blobs and writes in one pipelined round trip, never one query per
-checkpoint. The blobs read include, for a list stored as deltas (``appends.py``), the versions
-down to its last whole value: a linear thread's chains cost no further query.
+them, in ``pg_commits.py``. Storage follows ``SqliteSaver``: a blob row only for the channels
+in ``new_versions`` (a (channel, version) put again is replaced: forks reuse versions); regular
+writes keep the first value (``ON CONFLICT DO NOTHING``), special writes the last (upsert).
+A task's many regular writes stored by one call share a row (``pg_packed.py``). ``list``
+reads a page of checkpoints, then the page's blobs and writes in one pipelined round trip,
+never one query per checkpoint. The blobs read include, for a list stored as deltas
+(``appends.py``), the versions down to its last whole value: a linear thread's chains cost no
+further query.
 
 Each call borrows a pooled connection. A write sends all its statements as one pipeline
 segment, which Postgres runs as one transaction (committed at the segment's Sync on an
@@ -90,6 +91,7 @@ from bulksync.checkpoint.base import (
 )
 from bulksync.checkpoint.pg_commits import Commit, Queued, queue_commits, queue_writes
 from bulksync.checkpoint.pg_migrations import MIGRATIONS, apply_migrations
+from bulksync.checkpoint.pg_packed import Write, packed, unpacked
 from bulksync.checkpoint.pg_pool import RETRY_WINDOW, is_transient_postgres, open_pool
 from bulksync.checkpoint.serde import (
     MsgpackSerde,
@@ -120,7 +122,6 @@ PAGE_SIZE = 100
 """Checkpoints ``list`` reads per round of queries."""
 
 _Row = tuple[str, str, str, str | None, bytes, dict[str, Any]]
-_Write = tuple[str, int, str, bytes, str]
 
 
 _TOGETHER = 32
@@ -375,7 +376,7 @@ class PostgresSaver(AsyncSaverMethods):
         rows = [
             r
             for writes, tid, path in batch
-            for r in write_rows(self.serde, config, writes, tid, path)
+            for r in packed(write_rows(self.serde, config, writes, tid, path))
         ]
         rows.sort(key=lambda r: (r[3], r[4]))
         return rows
@@ -483,7 +484,7 @@ class PostgresSaver(AsyncSaverMethods):
         stored: Stored = {}
         for thread_id, ns, channel, version, blob in found_blobs:
             stored.setdefault((thread_id, ns, channel), {})[version] = blob
-        writes: builtins.list[builtins.list[_Write]] = [[] for _ in rows]
+        writes: builtins.list[builtins.list[Write]] = [[] for _ in rows]
         for i, *write in found_writes:
             writes[i].append((write[0], write[1], write[2], write[3], write[4]))
         chains = Chains(self.serde, self._versions, stored)
@@ -509,7 +510,7 @@ class PostgresSaver(AsyncSaverMethods):
         self,
         row: _Row,
         checkpoint: Checkpoint,
-        writes: builtins.list[_Write],
+        writes: builtins.list[Write],
         chains: Chains,
     ) -> CheckpointTuple:
         """The tuple of one checkpoint read; channels whose row holds no value are empty."""
@@ -519,6 +520,7 @@ class PostgresSaver(AsyncSaverMethods):
             blob = chains.stored(thread_id, ns, ch, version)
             if blob is not None:
                 values[ch] = chains.value(thread_id, ns, ch, version, blob)
+        writes = unpacked(writes)
         writes.sort(key=lambda w: writes_sort_key(w[4], w[0], w[1]))
         return CheckpointTuple(
             config=checkpoint_config(thread_id, ns, checkpoint_id),
