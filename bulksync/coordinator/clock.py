@@ -31,6 +31,16 @@ def left(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
+def earliest(*deadlines: float | None) -> float | None:
+    """The first of ``deadlines`` (None: none of them is set)."""
+    return min((d for d in deadlines if d is not None), default=None)
+
+
+def passed(deadline: float | None) -> bool:
+    """Whether ``deadline`` is set and has passed."""
+    return deadline is not None and time.monotonic() >= deadline
+
+
 def checkpoint_id(step: int) -> str:
     """A new checkpoint id: a UUIDv6 whose order is the order of creation.
 

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import TypeVar, cast
 
+from bulksync.coordinator import clock
 from bulksync.coordinator.executor import TaskResult
 
 T = TypeVar("T")
@@ -75,7 +76,7 @@ class Await:
 
     def expired(self) -> bool:
         """Whether the deadline has passed."""
-        return self.deadline is not None and time.monotonic() >= self.deadline
+        return clock.passed(self.deadline)
 
 
 Steps = Generator[Await, list[TaskResult], T]

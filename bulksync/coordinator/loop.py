@@ -409,7 +409,10 @@ class SuperstepLoop:
         deadline = clock.deadline(self.options.step_timeout)
         left = len(todo)
         while left:
-            ready = yield Await(results, left, deadline)
+            ready = yield Await(results, left, clock.earliest(deadline, self.ledger.store_by))
+            if not ready and not clock.passed(deadline):
+                self.ledger.flush()  # the results' writes kept back are due
+                continue
             if not ready:  # the step outran its step_timeout
                 if handle is not None:
                     handle.cancel()

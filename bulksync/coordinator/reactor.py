@@ -181,7 +181,9 @@ class _Driven(Generic[T]):
             self._end(None, exc)
 
     def _waiting(self, wait: Await) -> None:
-        if wait.deadline is not None and (self._wait is None or self._wait.inbox is not wait.inbox):
+        last = self._wait  # a timer per deadline: a step's own, or its kept writes' (loop.py)
+        fresh = last is None or last.inbox is not wait.inbox or last.deadline != wait.deadline
+        if wait.deadline is not None and fresh:
             self._reactor.later(max(0.0, wait.deadline - time.monotonic()), self.kick)
         self._wait = wait
         self._reactor._waits()

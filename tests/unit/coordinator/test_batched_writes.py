@@ -1,12 +1,14 @@
-"""The results a step has gathered are stored together: one ``put_writes_batch`` per batch
-where the saver has it, ``put_writes`` per task where it has not; the step's last results with
-its checkpoint (``put_step``) where the saver can; the same writes either way, a value no saver
-can store still named with its node and channel, and writes a step could not apply stored."""
+"""The results a step has gathered are stored together: one ``put_writes_batch`` per
+``STORE_AT`` results, or when the first kept has waited ``STORE_WITHIN``, where the saver has
+it, ``put_writes`` per task where it has not; the step's last results with its checkpoint
+(``put_step``) where the saver can; the same writes either way, a value no saver can store
+still named with its node and channel, and writes a step could not apply stored."""
 
 from __future__ import annotations
 
 import operator
 import threading
+import time
 from collections.abc import Sequence
 from typing import Annotated, Any, TypedDict
 
@@ -14,6 +16,7 @@ import pytest
 
 from bulksync.checkpoint.base import TaskWrites
 from bulksync.checkpoint.memory import InMemorySaver
+from bulksync.coordinator import ledger
 from bulksync.errors import InvalidUpdateError, SerializationError
 from bulksync.graph import END, START, StateGraph
 from bulksync.types import Send
@@ -133,3 +136,59 @@ def test_writes_a_step_cannot_apply_are_stored(saver: type[InMemorySaver]) -> No
     head = store.get_tuple(config)
     assert head is not None
     assert sorted(v for _, c, v in head.pending_writes if c == "x") == [1, 2]
+
+
+def test_results_arriving_together_are_stored_in_large_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ledger, "STORE_WITHIN", 60.0)  # only the count stores them early
+    quick, many = ledger.STORE_AT + 10, ledger.STORE_AT * 2 + 50
+    stored = threading.Event()
+
+    class Saver(StepSaver):
+        def put_writes_batch(self, config: Any, batch: Sequence[TaskWrites]) -> None:
+            super().put_writes_batch(config, batch)
+            stored.set()
+
+    def work(item: dict[str, Any]) -> dict[str, Any]:
+        if item["i"] >= quick:  # the rest finish once the quick ones are stored
+            assert stored.wait(10), "the quick tasks' writes were not stored before the step end"
+        return {"out": [item["i"]]}
+
+    b = StateGraph(State)
+    b.add_node("work", work)
+    b.add_conditional_edges(START, lambda s: [Send("work", {"i": i}) for i in range(many)])
+    saver = Saver()
+    config = {"configurable": {"thread_id": "large"}}
+    assert b.compile(checkpointer=saver).invoke({"out": []}, config) == {"out": list(range(many))}
+    assert saver.batches
+    assert all(len(batch) >= ledger.STORE_AT for batch in saver.batches)
+    every = [t for batch in saver.batches for t in batch] + [t for s in saver.steps for t in s]
+    assert len(every) == len(set(every)) == many + 1
+
+
+def test_a_kept_result_is_stored_while_the_step_waits_for_the_others() -> None:
+    release = threading.Event()
+
+    def work(item: dict[str, Any]) -> dict[str, Any]:
+        if item["i"]:
+            release.wait(10)
+        return {"out": [item["i"]]}
+
+    b = StateGraph(State)
+    b.add_node("work", work)
+    b.add_conditional_edges(START, lambda s: [Send("work", {"i": i}) for i in range(2)])
+    saver = StepSaver()
+    config = {"configurable": {"thread_id": "kept"}}
+    graph = b.compile(checkpointer=saver)
+    outcome: list[Any] = []
+    runner = threading.Thread(target=lambda: outcome.append(graph.invoke({"out": []}, config)))
+    runner.start()
+    deadline = time.monotonic() + 5
+    while not saver.batches and time.monotonic() < deadline:
+        time.sleep(0.005)
+    stored_early = [list(batch) for batch in saver.batches]
+    release.set()
+    runner.join(10)
+    assert outcome == [{"out": [0, 1]}]
+    assert len(stored_early) == 1 and len(stored_early[0]) == 1  # the quick task's writes

@@ -199,3 +199,21 @@ def test_a_finished_run_is_freed_though_its_inbox_lives_on(reactor: Reactor) -> 
     while freed() is not None and time.monotonic() < deadline:
         time.sleep(0.01)  # the reactor thread returns from ``done``
     assert freed() is None
+
+
+def test_an_earlier_deadline_on_the_same_inbox_wakes_the_loop(reactor: Reactor) -> None:
+    inbox = Inbox()
+    seen: list[list[str]] = []
+
+    def steps() -> Steps[list[list[str]]]:
+        ready = yield Await(inbox, 2, time.monotonic() + 30)
+        seen.append([r.task_id for r in ready])
+        ready = yield Await(inbox, 1, time.monotonic() + 0.1)  # e.g. writes kept are due
+        seen.append([r.task_id for r in ready])
+        return seen
+
+    ends = _Ends(1)
+    reactor.start(steps(), ends.done(0))
+    inbox.put(TaskResult("first", ()))
+    assert ends.all.wait(5), "the loop slept past its second, earlier deadline"
+    assert ends.values == {0: [["first"], []]}
