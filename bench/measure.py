@@ -7,6 +7,7 @@ wrong result is not a result.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import statistics
 import time
@@ -116,6 +117,10 @@ def compare(runs: dict[str, Callable[[], None]], reps: int, warmup: int = 1) -> 
     """Time ``reps`` runs of each contender after ``warmup`` untimed rounds.
 
     Runs are interleaved round by round, so a drift in machine load touches every contender.
+    Each timed run starts after a full garbage collection, so none pays for the garbage
+    another left: in this process (LangGraph imported) a full collection takes 60-170 ms,
+    and one came about every fourth run, so in the rotation it fell on the same contender
+    round after round (the durable fan-out's, which allocates the most).
     """
     for _ in range(warmup):
         for run in runs.values():
@@ -123,6 +128,7 @@ def compare(runs: dict[str, Callable[[], None]], reps: int, warmup: int = 1) -> 
     seconds: dict[str, list[float]] = {label: [] for label in runs}
     for _ in range(reps):
         for label, run in runs.items():
+            gc.collect()
             start = time.perf_counter()
             run()
             seconds[label].append(time.perf_counter() - start)
