@@ -5,7 +5,7 @@ Tables, their migrations and the statements run against them are in ``pg_migrati
 them, in ``pg_commits.py``. Storage follows ``SqliteSaver``: a blob row only for the channels
 in ``new_versions`` (a (channel, version) put again is replaced: forks reuse versions); regular
 writes keep the first value (``ON CONFLICT DO NOTHING``), special writes the last (upsert).
-A task's many regular writes stored by one call share a row (``pg_packed.py``). ``list``
+Many regular writes stored by one call share a few rows (``pg_packed.py``). ``list``
 reads a page of checkpoints, then the page's blobs and writes in one pipelined round trip,
 never one query per checkpoint. The blobs read include, for a list stored as deltas
 (``appends.py``), the versions down to its last whole value: a linear thread's chains cost no
@@ -373,11 +373,10 @@ class PostgresSaver(AsyncSaverMethods):
         self, config: Mapping[str, Any], batch: Sequence[TaskWrites]
     ) -> builtins.list[tuple[Any, ...]]:
         """The rows of ``batch``'s writes, by task and slot: every writer locks alike."""
-        rows = [
-            r
-            for writes, tid, path in batch
-            for r in packed(write_rows(self.serde, config, writes, tid, path))
-        ]
+        serde = self.serde
+        rows = [r for w, tid, path in batch for r in write_rows(serde, config, w, tid, path)]
+        rows.sort(key=lambda r: (r[3], r[4]))
+        rows = packed(rows)
         rows.sort(key=lambda r: (r[3], r[4]))
         return rows
 

@@ -1,5 +1,5 @@
-"""A task's many regular writes in one Postgres row (``bulksync.checkpoint.pg_packed``): what
-is stored, what is read back, and which value a slot keeps."""
+"""Many regular writes in few Postgres rows (``bulksync.checkpoint.pg_packed``): what is
+stored, what is read back, and which value a slot keeps."""
 
 from __future__ import annotations
 
@@ -104,3 +104,26 @@ def test_a_slot_keeps_its_first_value_across_calls(saver: PostgresSaver) -> None
     saver.put_writes(config, sends(40, "second"), "again")
     assert [v.arg["tag"] for _, v in pending(saver, config, "again")] == ["first"] * 40
     assert len(rows(saver, "again")) == 1
+
+
+def test_many_tasks_few_writes_each_share_a_row(saver: PostgresSaver) -> None:
+    config = first_checkpoint(saver)
+    batch = [
+        ([("out", i), (ERROR, f"e{i}")] if i == 7 else [("out", i)], f"t-{i:03}", f"p{i}")
+        for i in range(100)
+    ]
+    saver.put_writes_batch(config, batch)
+    saver.put_writes_batch(config, batch)  # a retried call: the same row, kept once
+    with saver.pool.connection() as conn:
+        found = conn.execute(
+            "SELECT task_id, idx, channel FROM bulksync_checkpoint_writes"
+        ).fetchall()
+    shared = [r for r in found if r[2] == PACKED]
+    assert len(shared) == 1 and [r[:2] for r in found if r[2] == ERROR] == [("t-007", -1)]
+    memory = MemorySaver()
+    memory_config = first_checkpoint(memory)
+    for writes, task_id, path in batch:
+        memory.put_writes(memory_config, writes, task_id, path)
+    got, want = saver.get_tuple(config), memory.get_tuple(memory_config)
+    assert got is not None and want is not None
+    assert got.pending_writes == want.pending_writes
