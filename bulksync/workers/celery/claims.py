@@ -224,15 +224,26 @@ class ClaimKeeper:
             if left:
                 self._held[claim.key] = left
 
-    def release(self, claim: Held) -> None:
-        """Drop ``claim`` now unless it was dropped already (and only if still this
-        process's); if Redis cannot be reached, its lease runs out on its own."""
-        if claim.released:
+    def release(self, *claims: Held) -> None:
+        """Drop ``claims`` now, in one round trip, those not dropped already (and only if
+        still this process's); if Redis cannot be reached, their leases run out on their own."""
+        left = [claim for claim in claims if not claim.released]
+        if not left:
             return
+        pipe = self.redis.pipeline(transaction=False)
+        for claim in left:
+            pipe.eval(_RELEASE_LUA, 1, claim.key, self.token)
         try:
-            self.redis.eval(_RELEASE_LUA, 1, claim.key, self.token)
+            pipe.execute()
         except redis.RedisError as exc:
-            log.warning("could not release claim %s: %s", claim.key, exc)
+            more = f" and {len(left) - 1} more" if len(left) > 1 else ""
+            log.warning("could not release claim %s%s: %s", left[0].key, more, exc)
+
+    def drop(self, *claims: Held) -> None:
+        """Stop renewing ``claims`` (:meth:`unhold`) and :meth:`release` them."""
+        for claim in claims:
+            self.unhold(claim)
+        self.release(*claims)
 
     def _beat(self) -> None:
         lease_ms = max(1, int(self.settings.claim_lease * 1000))

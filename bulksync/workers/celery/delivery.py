@@ -110,9 +110,8 @@ def first_claims(
 
 def release_unused(keeper: claims.ClaimKeeper, claimed: dict[str, Any]) -> None:
     """Drop the claims taken in advance for tasks this delivery did not run."""
-    for slot, reply in claimed.items():
-        if int(reply) > 0:
-            keeper.release(Held(keys.claim(slot), keeper.token))
+    taken = [slot for slot, reply in claimed.items() if int(reply) > 0]
+    keeper.release(*(Held(keys.claim(slot), keeper.token) for slot in taken))
     claimed.clear()
 
 
@@ -227,10 +226,7 @@ class Delivery:
 
     def _let_go(self, records: Sequence[Record]) -> None:
         """Stop renewing the claims of recorded results (the record dropped them)."""
-        for rec in records:
-            if rec.claim is not None:
-                self.keeper.unhold(rec.claim)
-                self.keeper.release(rec.claim)
+        self.keeper.drop(*(rec.claim for rec in records if rec.claim is not None))
 
     # -- sync tasks -----------------------------------------------------------------------
 
@@ -313,9 +309,7 @@ class Delivery:
                     done.append((task, answer))
         finally:
             self._record(finished)
-            for claim in claims.values():  # reserved, never started
-                self.keeper.unhold(claim)
-                self.keeper.release(claim)
+            self.keeper.drop(*claims.values())  # reserved, never started
         return done
 
     def _count(self, slots: list[str]) -> None:
@@ -363,9 +357,7 @@ class Delivery:
             try:
                 self._count([desc.slot for desc, _ in rest])
             except BaseException:
-                for claim in held:
-                    self.keeper.unhold(claim)
-                    self.keeper.release(claim)
+                self.keeper.drop(*held)
                 raise
             running = [pool.submit(self._run_one, t, c) for t, c in zip(rest, held, strict=True)]
         elif self.timeout:
@@ -401,8 +393,7 @@ class Delivery:
             if refused is not None:
                 return refused
         elif self._scope is not None and self._scope.cancelled:
-            self.keeper.unhold(claim)
-            self.keeper.release(claim)
+            self.keeper.drop(claim)
             return CANCELLED
         ran = self._run_claimed(*task, claim)
         try:
@@ -423,8 +414,7 @@ class Delivery:
                 outcome = self.step.run(desc, data, self.live)
                 took, cpu = time.monotonic() - began, time.thread_time() - cpu
         except BaseException:
-            self.keeper.unhold(claim)
-            self.keeper.release(claim)
+            self.keeper.drop(claim)
             raise
         rec = Record(self.step_key, desc.slot, outcome.data, outcome.keep, claim)
         return Ran(outcome.error or self._overtime(desc, took), took, cpu, rec)
