@@ -61,8 +61,9 @@ Write = tuple[str, int, str, bytes, str]
 
 
 def packed(rows: Sequence[Row]) -> list[Row]:
-    """The rows of one call (several tasks' writes, sorted by task and slot) with their
-    regular writes packed where there are ``PACK_MIN`` or more of them (module docstring)."""
+    """The rows of one call (several tasks' writes, each task's by slot, as ``write_rows``
+    gives them) with their regular writes packed where there are ``PACK_MIN`` or more of them
+    (module docstring)."""
     regular = [r for r in rows if r[4] >= 0 and r[3] != NULL_TASK_ID]
     if len(regular) < PACK_MIN:
         return list(rows)
@@ -72,7 +73,7 @@ def packed(rows: Sequence[Row]) -> list[Row]:
         by_task.setdefault(r[3], []).append(r)
     shared: list[Row] = []
     for task_rows in by_task.values():
-        last = task_rows[-1][4]
+        last = max(r[4] for r in task_rows)  # (a task listed twice in a call: not in order)
         if len(task_rows) < PACK_MIN or last >= PACKED_BASE:
             shared.extend(task_rows)
             continue

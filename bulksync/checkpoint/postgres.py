@@ -374,9 +374,7 @@ class PostgresSaver(AsyncSaverMethods):
     ) -> builtins.list[tuple[Any, ...]]:
         """The rows of ``batch``'s writes, by task and slot: every writer locks alike."""
         serde = self.serde
-        rows = [r for w, tid, path in batch for r in write_rows(serde, config, w, tid, path)]
-        rows.sort(key=lambda r: (r[3], r[4]))
-        rows = packed(rows)
+        rows = packed([r for w, t, p in batch for r in write_rows(serde, config, w, t, p)])
         rows.sort(key=lambda r: (r[3], r[4]))
         return rows
 
