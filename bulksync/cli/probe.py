@@ -3,9 +3,9 @@ Kubernetes' exec probes.
 
 Each role is checked by what it does, not by its process existing:
 
-- ``coordinator``: a coordinator of this host has announced the graphs it serves within its
-  stale time (it does so every heartbeat, from the loop that claims runs, so a stuck loop
-  stops it);
+- ``coordinator``: a coordinator of this host has an announcement of the graphs it serves
+  still in force (its heartbeat thread renews it every heartbeat; it lasts ``stale_after``,
+  and at least ``ANNOUNCED_AT_LEAST`` seconds, so a stopped heartbeat fails this soon after);
 - ``worker``: a Celery worker of this host answers a ping sent over the broker;
 - ``api``: ``GET /ok`` on its port; ``flower``: ``GET /healthcheck`` on its port.
 

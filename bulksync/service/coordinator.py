@@ -12,7 +12,9 @@ given (``bulksync.settings``, group ``coordinator``). The loop:
    ``drive_threads`` threads in all, however many runs wait on their tasks;
 3. every ``heartbeat`` seconds too, announce the graph ids it serves in Redis
    (``keys.served``), so that a client submitting a run of a graph nobody serves is told
-   at once instead of waiting for ever;
+   at once instead of waiting for ever. An announcement lasts ``stale_after``, and at least
+   ``ANNOUNCED_AT_LEAST`` seconds: it only decides whether clients may queue runs, so a
+   heartbeat held up by a slow database must not make them refuse runs it will drive;
 4. when nothing more can be claimed, block on Redis ``keys.WAKE`` (clients push there on
    submit, drivers when a run's end lets a run queued on its thread start) for at most
    ``poll_interval`` seconds, taking up to one wake-up per free slot — Postgres stays the
@@ -55,6 +57,12 @@ from bulksync.workers.celery.executor import CeleryExecutor
 from bulksync.workers.registry import GraphRegistry
 
 log = logging.getLogger("bulksync.coordinator")
+
+# The shortest life of an announcement, in seconds, however short ``stale_after``: the
+# heartbeat thread announces before its Postgres calls, and one of those held up for longer
+# than a short ``stale_after`` must not make clients refuse runs. A dead coordinator's
+# announcement lasting this long only lets a run be queued for the next coordinator.
+ANNOUNCED_AT_LEAST = 5.0
 
 ExecutorFactory = Callable[[str, Any], Executor]
 """Builds the executor of a graph id (and its compiled graph)."""
@@ -249,7 +257,8 @@ class Coordinator:
         self.redis.blpop([keys.WAKE], timeout=self.poll_interval)
 
     def announce(self) -> None:
-        """Tell clients this coordinator serves its graphs, for the next ``stale_after`` s.
+        """Tell clients this coordinator serves its graphs, for the next ``stale_after`` s
+        (``ANNOUNCED_AT_LEAST`` at least).
 
         The heartbeat thread repeats it every heartbeat; call it after adding a graph to the
         registry of a coordinator that is already serving, to be served at once. A stopping
@@ -258,7 +267,8 @@ class Coordinator:
         with self._announcing:
             if self._stop.is_set():  # stopping: it takes no more work, and has withdrawn
                 return
-            events.announce(self.redis, self.registry.ids(), self.owner, self.stale_after)
+            ttl = max(self.stale_after, ANNOUNCED_AT_LEAST)
+            events.announce(self.redis, self.registry.ids(), self.owner, ttl)
 
     def _withdraw(self) -> None:
         with self._announcing:  # after an announcement in flight, never before it

@@ -359,6 +359,27 @@ def test_a_stopped_coordinator_withdraws_and_a_dead_ones_claim_lapses(service: S
     assert events.serving(service.redis, graph_id) == 0
 
 
+def test_a_heartbeat_held_up_by_the_database_does_not_make_clients_refuse_runs(
+    service: Service,
+) -> None:
+    graph_id = service.register(chain_graph(service))
+    coordinator = service.start()  # heartbeat 0.2 s: stale_after 0.6 s
+    renew = coordinator.saver.renew_leases
+
+    def slow_renew(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(1.0)  # a Postgres call held up on a loaded machine
+        return renew(*args, **kwargs)
+
+    coordinator.saver.renew_leases = slow_renew  # type: ignore[method-assign]
+    time.sleep(0.4)  # the heartbeat thread is in its slow call
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        assert events.serving(service.redis, graph_id) == 1
+        time.sleep(0.05)
+    run_id = service.client.submit(graph_id, {"log": []})
+    assert service.client.wait(run_id, timeout=WAIT).status == runs.SUCCESS
+
+
 # --- cancel -------------------------------------------------------------------------------
 
 
