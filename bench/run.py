@@ -34,7 +34,7 @@ measures, interleaving the contenders round by round:
 
 It prints the command to reproduce, the machine and its speed at the start and the end (an
 empty loop, timed: the same hardware runs at different speeds at different times), every figure
-and the ratios, and stops the workers at the end, on errors and on Ctrl-C. Service URLs come
+and the ratios (of medians, with their range round by round), and stops the workers at the end, on errors and on Ctrl-C. Service URLs come
 from ``BULKSYNC_*`` variables (the database defaults to the local ``test`` database). A
 ``--fanout 0``, ``--steps 0``, ``--io 0``, ``--wide 0``, ``--e2e 0``, ``--cpu 0`` or ``--chat
 0`` skips that part (``--runs 0`` part 4's second half).
@@ -221,10 +221,26 @@ def show(timings: dict[str, Timing], *, per: int = 1, unit: str = "s") -> None:
 
 
 def ratio(name: str, a: Timing, b: Timing, target: str) -> float:
-    """Print and return ``a / b`` of the medians."""
+    """Print and return ``a / b`` of the medians, with the range of the ratios round by
+    round: contenders run in turns, so a round's ratio is free of the machine's drift
+    between rounds, and the range shows how firmly a target is met or missed."""
     value = a.median / b.median
-    print(f"  {name:<44} {value:7.2f}   {target}")
+    rounds = round_ratios(a, b)
+    spread = f"  (rounds {min(rounds):.2f}-{max(rounds):.2f})" if len(rounds) > 1 else ""
+    print(f"  {name:<44} {value:7.2f}   {target}{spread}")
     return value
+
+
+def round_ratios(a: Timing, b: Timing) -> list[float]:
+    """``a / b`` in each round: run by run when both were timed each round, else against
+    the one value of a figure computed once (a limit, a floor)."""
+    if len(b.seconds) == 1:
+        return [x / b.seconds[0] for x in a.seconds]
+    if len(a.seconds) == 1:
+        return [a.seconds[0] / y for y in b.seconds]
+    if len(a.seconds) == len(b.seconds):
+        return [x / y for x, y in zip(a.seconds, b.seconds, strict=True)]
+    return []
 
 
 def run_fanout(args: argparse.Namespace, settings: Settings, app: Any) -> dict[str, Timing]:

@@ -125,6 +125,21 @@ def test_compare_times_every_contender_each_round() -> None:
     assert {label: len(t.seconds) for label, t in timings.items()} == {"a": 2, "b": 2}
 
 
+def test_ratio_is_of_medians_with_the_range_round_by_round(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    fast, slow = measure.Timing("a", [1.0, 2.0, 6.0]), measure.Timing("b", [2.0, 2.0, 3.0])
+    assert run.ratio("a / b", fast, slow, "target: <= 1.00") == 1.0
+    assert " ".join(capsys.readouterr().out.split()) == (
+        "a / b 1.00 target: <= 1.00 (rounds 0.50-2.00)"
+    )
+    assert run.round_ratios(fast, measure.Timing("limit", [2.0])) == [0.5, 1.0, 3.0]
+    assert run.round_ratios(measure.Timing("one", [4.0]), slow) == [2.0, 2.0, 4.0 / 3.0]
+    assert run.round_ratios(fast, measure.Timing("c", [1.0, 2.0])) == []
+    run.ratio("a / limit", measure.Timing("a", [1.0]), measure.Timing("l", [2.0]), "(context)")
+    assert "rounds" not in capsys.readouterr().out  # one round: no range to show
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads Linux's /proc")
 def test_cpu_per_run_is_what_the_watched_processes_spent_per_call() -> None:
     def burn() -> None:
