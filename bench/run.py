@@ -34,10 +34,10 @@ measures, interleaving the contenders round by round:
 
 It prints the command to reproduce, the machine and its speed at the start and the end (an
 empty loop, timed: the same hardware runs at different speeds at different times), every figure
-and the ratios (of medians, with their range round by round), and stops the workers at the end, on errors and on Ctrl-C. Service URLs come
-from ``BULKSYNC_*`` variables (the database defaults to the local ``test`` database). A
-``--fanout 0``, ``--steps 0``, ``--io 0``, ``--wide 0``, ``--e2e 0``, ``--cpu 0`` or ``--chat
-0`` skips that part (``--runs 0`` part 4's second half).
+and the ratios (of medians, with their range round by round), and stops the workers at the end,
+on errors and on Ctrl-C. Service URLs come from ``BULKSYNC_*`` variables (the database defaults
+to the local ``test`` database). A ``--fanout 0``, ``--steps 0``, ``--io 0``, ``--wide 0``,
+``--e2e 0``, ``--cpu 0`` or ``--chat 0`` skips that part (``--runs 0`` part 4's second half).
 """
 
 from __future__ import annotations
