@@ -145,6 +145,31 @@ def test_slow_sync_tasks_run_at_once_after_the_first(cluster: Any) -> None:
     assert peak.peak > 1
 
 
+def test_a_node_whose_tasks_waited_runs_the_next_messages_tasks_at_once(
+    cluster: Any, worker_settings: Any
+) -> None:
+    peak, wait = Peak(), {"s": 0.2}  # far above --parallel-after
+
+    def work(task: dict[str, Any]) -> dict[str, Any]:
+        peak.enter()
+        time.sleep(wait["s"])
+        peak.leave()
+        return {"out": [task["i"]]}
+
+    def peak_of_a_run() -> int:
+        peak.peak = 0
+        assert graph.invoke({"out": []}) == {"out": list(range(TASKS))}
+        return peak.peak
+
+    graph = _fanout(cluster, work)
+    assert 1 < peak_of_a_run() < TASKS  # the first alone, until it showed that it waits
+    assert peak_of_a_run() == TASKS  # the worker learned: every task at once, the first too
+    worker_settings(parallel_after=60.0)  # quick from now on, however busy the machine
+    wait["s"] = 0.0
+    peak_of_a_run()  # at once still; each task shows it no longer waits
+    assert peak_of_a_run() == 1  # one by one again
+
+
 def test_quick_sync_tasks_run_one_by_one(cluster: Any, worker_settings: Any) -> None:
     worker_settings(parallel_after=60.0)  # "quick", however busy the machine running the test
     peak = Peak()

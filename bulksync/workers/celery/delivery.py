@@ -17,7 +17,10 @@ wait (model and tool calls):
   round trip that claims the next task (the coordinator's clock for a task starts with its
   claim), and the rest, once one waited, are claimed as threads take them up. Tasks that
   compute run one by one whatever they take: threads of one process would only share its
-  GIL.
+  GIL. A process remembers the nodes whose last task it ran waited (``WorkerRuntime.
+  learn``): a message of such a node runs all its tasks at once from the first, rather than
+  the first alone until it shows it waits, which doubled the message's time (a model call
+  after a model call); the node's next quick or computing task makes it one by one again.
 
   The results of tasks quicker than ``QUICK_TASK`` wait for a few more (``HELD_RESULTS`` at
   most), then are recorded by one script: they reach the coordinator's inbox together, and
@@ -128,6 +131,7 @@ class Delivery:
         live: StepLive,
         claimed: dict[str, Any] | None = None,
         reserved: Collection[str] = (),
+        task_name: str = "",
     ) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
@@ -142,6 +146,7 @@ class Delivery:
         self._claimed = dict(claimed or {})  # slot -> the reply to its claim, asked already
         self._reserved = frozenset(reserved)  # of those, the slots whose starts are not counted
         self._scope: CancelScope | None = None  # the delivery's, while it runs (``run``)
+        self.task_name = task_name  # the node's (``registry.task_name``): what a process learns
 
     def run(self, todo: list[Todo], is_async: bool) -> list[tuple[Todo, Any]]:
         """``(task, answer)`` for ``todo``, in their order: the task's error (or None), or
@@ -234,11 +239,11 @@ class Delivery:
         if todo and not self.timeout and all(desc.slot in self._claimed for desc, _ in todo):
             return self._run_reserved(todo)
         done: list[tuple[Todo, Any]] = []
-        rest: list[Todo] = []
+        rest: list[Todo] = list(todo) if self._all_at_once(todo) else []
         finished: list[Record] = []  # results not recorded yet: with the next claim
         last: Ran | None = None
         try:
-            for i, task in enumerate(todo):
+            for i, task in enumerate([] if rest else todo):
                 recorded: list[Record] = []
                 if not self._may_hold(finished, last):
                     recorded, finished = finished, []
@@ -251,7 +256,7 @@ class Delivery:
                 if refused is not None:
                     done.append((task, refused))
                     continue
-                ran = last = self._run_claimed(*task)
+                ran = last = self._learned(self._run_claimed(*task))
                 done.append((task, ran.answer))
                 finished.append(ran.record)
                 if self._waits(ran):  # a model or tool call: the others run at once
@@ -277,17 +282,19 @@ class Delivery:
             if answer is None
         }
         done: list[tuple[Todo, Any]] = []
-        later: list[tuple[Todo, Any]] = []  # after a task that waited: they run at once
+        items = list(zip(todo, answers, strict=True))
+        # After a task that waited (or when the node's tasks wait): they run at once.
+        later: list[tuple[Todo, Any]] = items if self._all_at_once(todo) else []
         finished: list[Record] = []  # results not recorded yet
         try:
-            for i, (task, answer) in enumerate(zip(todo, answers, strict=True)):
+            for i, (task, answer) in enumerate([] if later else items):
                 if answer is CANCELLED or (answer is None and self._cancelled()):
                     return done
                 if answer is not None:
                     done.append((task, answer))
                     continue
                 self._count([task[0].slot])
-                ran = self._run_claimed(*task, claims.pop(task[0].slot))
+                ran = self._learned(self._run_claimed(*task, claims.pop(task[0].slot)))
                 done.append((task, ran.answer))
                 finished.append(ran.record)
                 if not self._may_hold(finished, ran):
@@ -295,7 +302,7 @@ class Delivery:
                     if self._record(recorded):
                         return done
                 if self._waits(ran):  # a model or tool call: the others run at once
-                    later = list(zip(todo[i + 1 :], answers[i + 1 :], strict=True))
+                    later = items[i + 1 :]
                     break
             recorded, finished = finished, []
             if self._record(recorded):
@@ -395,7 +402,7 @@ class Delivery:
         elif self._scope is not None and self._scope.cancelled:
             self.keeper.drop(claim)
             return CANCELLED
-        ran = self._run_claimed(*task, claim)
+        ran = self._learned(self._run_claimed(*task, claim))
         try:
             self.recorder.commit(ran.record)
         finally:
@@ -423,6 +430,17 @@ class Delivery:
         """Whether a sync task was slow while its thread mostly waited."""
         slow = ran.took >= self.settings.parallel_after
         return self.settings.task_threads > 1 and slow and ran.cpu <= ran.took * WAITING
+
+    def _learned(self, ran: Ran) -> Ran:
+        """``ran``, after the process noted whether it waited (for the node's next tasks)."""
+        self.runtime.learn(self.task_name, waited=self._waits(ran))
+        return ran
+
+    def _all_at_once(self, todo: list[Todo]) -> bool:
+        """Whether ``todo`` (several) run at once from the first: the node's last task
+        here waited."""
+        threads = self.settings.task_threads > 1
+        return threads and len(todo) > 1 and self.runtime.waits(self.task_name)
 
     # -- async tasks ----------------------------------------------------------------------
 

@@ -76,6 +76,7 @@ class WorkerRuntime:
         self._pools: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
         self._loops: dict[int, asyncio.AbstractEventLoop] = {}
         self._lock = threading.RLock()  # (a thing made may need another: the client)
+        self._waiting: set[str] = set()  # nodes whose last sync task here waited
 
     def _own(self, field: str, make: Callable[[], T]) -> T:
         """This process's thing in the ``{pid: thing}`` attribute ``field``, made on first
@@ -163,7 +164,8 @@ class WorkerRuntime:
         self.recorder().write(finished)
         is_async = bool(todo) and spec.nodes[todo[0][0].node].is_async
         reserved = {d.slot for d in first[counted:]}  # (none when the read was retried)
-        delivery = Delivery(self, step_key, run_id, timeout, step, live, claimed, reserved)
+        name = task_name(graph_id, path, descs[0].node) if descs else ""
+        delivery = Delivery(self, step_key, run_id, timeout, step, live, claimed, reserved, name)
         answers = delivery.run(todo, is_async)
 
         ran = 0
@@ -208,6 +210,18 @@ class WorkerRuntime:
         if failures:
             raise failures[0]
         return ran
+
+    def learn(self, task_name: str, *, waited: bool) -> None:
+        """Note whether the last sync task of node ``task_name`` run here waited (a model or
+        tool call): a message of a node that waits runs its tasks at once (``delivery.py``)."""
+        if waited:
+            self._waiting.add(task_name)
+        else:
+            self._waiting.discard(task_name)
+
+    def waits(self, task_name: str) -> bool:
+        """Whether the last sync task of node ``task_name`` run here waited (``learn``)."""
+        return task_name in self._waiting
 
     def task_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """This process's threads for running a message's tasks at once (never a parent's)."""
