@@ -256,10 +256,10 @@ class Delivery:
                 if refused is not None:
                     done.append((task, refused))
                     continue
-                ran = last = self._learned(self._run_claimed(*task))
+                ran = last = self._run_claimed(*task)
                 done.append((task, ran.answer))
                 finished.append(ran.record)
-                if self._waits(ran):  # a model or tool call: the others run at once
+                if self._learn(ran):  # a model or tool call: the others run at once
                     rest = todo[i + 1 :]
                     break
         finally:
@@ -294,14 +294,14 @@ class Delivery:
                     done.append((task, answer))
                     continue
                 self._count([task[0].slot])
-                ran = self._learned(self._run_claimed(*task, claims.pop(task[0].slot)))
+                ran = self._run_claimed(*task, claims.pop(task[0].slot))
                 done.append((task, ran.answer))
                 finished.append(ran.record)
                 if not self._may_hold(finished, ran):
                     recorded, finished = finished, []
                     if self._record(recorded):
                         return done
-                if self._waits(ran):  # a model or tool call: the others run at once
+                if self._learn(ran):  # a model or tool call: the others run at once
                     later = items[i + 1 :]
                     break
             recorded, finished = finished, []
@@ -402,7 +402,8 @@ class Delivery:
         elif self._scope is not None and self._scope.cancelled:
             self.keeper.drop(claim)
             return CANCELLED
-        ran = self._learned(self._run_claimed(*task, claim))
+        ran = self._run_claimed(*task, claim)
+        self._learn(ran)
         try:
             self.recorder.commit(ran.record)
         finally:
@@ -431,10 +432,12 @@ class Delivery:
         slow = ran.took >= self.settings.parallel_after
         return self.settings.task_threads > 1 and slow and ran.cpu <= ran.took * WAITING
 
-    def _learned(self, ran: Ran) -> Ran:
-        """``ran``, after the process noted whether it waited (for the node's next tasks)."""
-        self.runtime.learn(self.task_name, waited=self._waits(ran))
-        return ran
+    def _learn(self, ran: Ran) -> bool:
+        """Whether a sync task waited (``_waits``), noted by the process for the node's next
+        messages."""
+        waited = self._waits(ran)
+        self.runtime.learn(self.task_name, waited=waited)
+        return waited
 
     def _all_at_once(self, todo: list[Todo]) -> bool:
         """Whether ``todo`` (several) run at once from the first: the node's last task
