@@ -79,7 +79,8 @@ from bench.measure import (
 )
 from bench.workers import CoordinatorProcess, Workers, WorkerStartError
 from bulksync.errors import ServiceUnavailableError
-from bulksync.settings import Settings, redact
+from bulksync.settings import Settings
+from bulksync.urls import redact
 
 DEFAULT_DATABASE_URL: Final = "postgresql://postgres@127.0.0.1:5432/test"
 PACKAGES: Final = ("bulksync", "celery", "kombu", "redis", "psycopg", "langgraph")

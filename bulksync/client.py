@@ -42,8 +42,9 @@ from bulksync.retry import is_transient_redis, retry
 from bulksync.service import events, submit
 from bulksync.service.events import RunEvent
 from bulksync.service.runs import Run, RunStore
-from bulksync.settings import Settings, redact
+from bulksync.settings import Settings
 from bulksync.types import GraphOutput, StateSnapshot
+from bulksync.urls import redact
 from bulksync.workers.callback_relay import CALLBACK_EVENTS, describe, replay
 from bulksync.workers.cancel_scope import STOP_WAIT, current_scope
 from bulksync.workers.tracing import announce_record, lifecycle_handlers

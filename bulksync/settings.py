@@ -1,6 +1,6 @@
 """Process settings: every tunable, declared once as a field of :class:`Settings`.
 
-A field's declaration (:func:`setting`) is all there is to a setting:
+A field's declaration (``declaration.setting``) is all there is to a setting:
 
 - its **name** gives the environment variable (``max_runs`` → ``BULKSYNC_MAX_RUNS``) and, for
   the ``coordinator`` and ``worker`` groups, the flag of ``bulksync coordinator`` /
@@ -26,18 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
-import types
-import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal
-from urllib.parse import urlsplit
+from typing import Any, Final
 
+from bulksync.declaration import Declaration, Group, read_declarations, setting
 from bulksync.errors import ConfigError
-
-ENV_PREFIX: Final = "BULKSYNC_"
 
 DEFAULT_HOME: Final = "~/.bulksync"
 DEFAULT_BROKER_URL: Final = "redis://127.0.0.1:6379/0"
@@ -57,40 +52,7 @@ DEFAULT_VISIBILITY_TIMEOUT: Final = 3600.0
 
 DEMO_DB_NAME: Final = "demo.sqlite"
 
-Group = Literal["cluster", "coordinator", "worker", "api"]
-GROUPS: Final[tuple[Group, ...]] = ("cluster", "coordinator", "worker", "api")
-
 DAY: Final = 24 * 3600
-
-
-def setting(
-    default: Any = None,
-    *,
-    group: Group,
-    doc: str,
-    unit: str = "",
-    schemes: tuple[str, ...] = (),
-    shown: str | None = None,
-    factory: Any = None,
-    secret: bool = False,
-) -> Any:
-    """Declare a field of :class:`Settings`: its default, group, unit and one-line help.
-
-    ``shown`` is the default as people read it, where the value itself does not say it (a
-    ``None`` that means "three heartbeats"); ``factory`` builds a default computed per instance;
-    a ``secret`` is never shown (``repr``, logs).
-    """
-    metadata = {
-        "group": group,
-        "doc": doc,
-        "unit": unit,
-        "schemes": schemes,
-        "shown": shown,
-        "secret": secret,
-    }
-    if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
 
 
 def _home() -> Path:
@@ -472,107 +434,6 @@ class Settings:
         return self.max_runs + 8
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Declaration:
-    """One setting as declared: its field, group, type, default, unit and help."""
-
-    name: str
-    group: Group
-    kind: type
-    optional: bool
-    default: Any
-    unit: str
-    doc: str
-    schemes: tuple[str, ...]
-    shown: str | None
-    secret: bool = False
-
-    @property
-    def env(self) -> str:
-        """The environment variable that sets it: ``BULKSYNC_<NAME>``."""
-        return ENV_PREFIX + self.name.upper()
-
-    @property
-    def flag(self) -> str:
-        """The command-line flag that sets it (coordinator and worker groups only)."""
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def default_text(self) -> str:
-        """The default as the README and ``--help`` show it."""
-        if self.shown is not None:
-            return self.shown
-        if isinstance(self.default, float):
-            return f"{self.default:g}"
-        return str(self.default)
-
-    @property
-    def help(self) -> str:
-        """The one-line help (with the schemes a URL may have), as ``--help`` shows it."""
-        accepted = f" ({', '.join(self.schemes)})" if self.schemes else ""
-        return f"{self.doc}{accepted}"
-
-    def show(self, value: Any) -> Any:
-        """``value`` safe for a log: a URL with its password hidden, a path as text."""
-        if self.secret:
-            return "***" if value else value
-        if self.schemes and isinstance(value, str):
-            return redact(value)
-        return str(value) if isinstance(value, Path) else value
-
-    def parse(self, text: str, source: str) -> Any:
-        """The value ``text`` sets, checked; ``source`` (variable or flag) names it in errors.
-
-        Raises:
-            ConfigError: naming ``source``, the text and what to set instead.
-        """
-        if self.kind is Path:
-            return Path(text).expanduser()
-        if self.kind is bool:
-            flag = text.strip().lower()
-            if flag in ("1", "true", "yes", "on"):
-                return True
-            if flag in ("0", "false", "no", "off"):
-                return False
-            raise ConfigError(f"{source}={text!r}: set it to 1 (on) or 0 (off).")
-        if self.kind in (int, float):
-            try:
-                value: Any = self.kind(text)
-            except ValueError:
-                value = None
-            if value is None or not self._fits(value):
-                raise ConfigError(f"{source}={text!r}: set it to {self._wanted()}.")
-            return value
-        self.check(text, source)
-        return text
-
-    def check(self, value: Any, source: str) -> None:
-        """Raise ``ConfigError`` naming ``source`` unless ``value`` is one this setting takes."""
-        if value is None and self.optional:
-            return
-        if self.kind is bool:
-            if not isinstance(value, bool):
-                raise ConfigError(f"{source}={value!r}: set it to True or False.")
-        elif self.kind in (int, float):
-            if not self._fits(value):
-                raise ConfigError(f"{source}={value!r}: set it to {self._wanted()}.")
-        elif self.kind is str and not (isinstance(value, str) and value):
-            raise ConfigError(f"{source}={value!r}: set it to a {self.unit or 'URL'}.")
-        elif self.schemes:
-            check_url(source, value, self.schemes, str(self.default))
-
-    def _fits(self, value: Any) -> bool:
-        """A number of the declared kind, positive and finite (``True`` is no number)."""
-        allowed = (int,) if self.kind is int else (int, float)
-        if isinstance(value, bool) or not isinstance(value, allowed):
-            return False
-        return value > 0 and math.isfinite(value)
-
-    def _wanted(self) -> str:
-        what = "whole number" if self.kind is int else "number"
-        return f"a positive {what} of {self.unit} (default: {self.default_text})"
-
-
 def env_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """One setting from ``environ`` (default: ``os.environ``), or its default: for a caller
     that needs just that one and must not fail on another variable it does not use.
@@ -588,65 +449,4 @@ def env_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
 @functools.cache
 def declarations(group: Group | None = None) -> tuple[Declaration, ...]:
     """Every setting in declaration order, or those of one ``group``."""
-    hints = typing.get_type_hints(Settings)
-    found = []
-    for field in dataclasses.fields(Settings):
-        meta = field.metadata
-        if group is not None and meta["group"] != group:
-            continue
-        kind, optional = _kind(hints[field.name])
-        default = field.default if field.default_factory is dataclasses.MISSING else None
-        found.append(
-            Declaration(
-                name=field.name,
-                group=meta["group"],
-                kind=kind,
-                optional=optional,
-                default=default,
-                unit=meta["unit"],
-                doc=meta["doc"],
-                schemes=meta["schemes"],
-                shown=meta["shown"],
-                secret=meta["secret"],
-            )
-        )
-    return tuple(found)
-
-
-def _kind(hint: Any) -> tuple[type, bool]:
-    """``float | None`` → ``(float, True)``; ``int`` → ``(int, False)``."""
-    if isinstance(hint, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        return args[0], True
-    return hint, False
-
-
-def check_url(variable: str, url: str, schemes: tuple[str, ...], example: str) -> None:
-    """Check that ``url`` starts with ``<scheme>://`` for one of ``schemes``.
-
-    Raises:
-        ConfigError: naming ``variable``, the value (password hidden) and the accepted schemes.
-    """
-    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
-    if scheme in schemes:
-        return
-    found = f"scheme '{scheme}'" if scheme else "no '<scheme>://' prefix"
-    accepted = ", ".join(f"{s}://" for s in schemes)
-    raise ConfigError(
-        f"{variable}={redact(url)!r} has {found}; set it to a URL starting with one of "
-        f"{accepted} (for example {example})"
-    )
-
-
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***``, safe to put in a message or a log."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:  # a malformed netloc (bad port, bracket): show no part of it
-        return "<unparsable URL>"
-    if not password:
-        return url
-    userinfo, _, hostinfo = parts.netloc.rpartition("@")
-    user = userinfo.partition(":")[0]
-    return parts._replace(netloc=f"{user}:***@{hostinfo}").geturl()
+    return read_declarations(Settings, group)

@@ -4,14 +4,13 @@ component on Postgres shares (the saver, the runs and threads tables, the store)
 from __future__ import annotations
 
 import math
-import re
-import urllib.parse
 from typing import Any, Final
 
 import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from bulksync.errors import ServiceUnavailableError
+from bulksync.urls import redact
 
 RETRY_WINDOW: Final = 60.0
 """Seconds a call is retried through an outage unless told otherwise (``retry_window``)."""
@@ -71,16 +70,6 @@ def _unavailable(url: str, reason: str) -> ServiceUnavailableError:
     reason = " ".join(reason.split())  # libpq's messages span lines; keep one
     end = "" if reason.endswith((".", "?", "!")) else "."
     return ServiceUnavailableError(
-        f"Cannot connect to Postgres at {_redact(url)}: {reason}{end} Check the URL "
+        f"Cannot connect to Postgres at {redact(url)}: {reason}{end} Check the URL "
         "(BULKSYNC_DATABASE_URL) and that the server is running and accepts connections."
     )
-
-
-def _redact(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for messages."""
-    if "://" in url:
-        parts = urllib.parse.urlsplit(url)
-        if parts.password is not None:
-            host = parts.netloc.rpartition("@")[2]
-            url = parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
-    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)", r"\1***", url)

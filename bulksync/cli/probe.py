@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from bulksync.settings import Settings, redact
+from bulksync.settings import Settings
+from bulksync.urls import redact
 
 ROLES: Final = ("coordinator", "worker", "api", "flower")
 DEFAULT_PORTS: Final = {"api": 8123, "flower": 5555}

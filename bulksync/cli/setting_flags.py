@@ -14,7 +14,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Final
 
-from bulksync.settings import Declaration, Group, Settings, declarations
+from bulksync.declaration import Declaration, Group
+from bulksync.settings import Settings, declarations
 
 GIVEN: Final = "settings_given"
 """The attribute of parsed arguments listing the settings given as flags."""

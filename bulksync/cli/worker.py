@@ -11,7 +11,8 @@ from typing import Any, TextIO
 from bulksync.cli.setting_flags import add_setting_flags
 from bulksync.errors import ServiceUnavailableError, UsageError
 from bulksync.logs import configure as configure_logging
-from bulksync.settings import Settings, redact
+from bulksync.settings import Settings
+from bulksync.urls import redact
 
 POOLS = ("prefork", "threads", "solo")
 

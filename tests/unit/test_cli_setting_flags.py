@@ -11,7 +11,8 @@ import pytest
 
 from bulksync.cli import build_parser, main
 from bulksync.cli.setting_flags import apply_setting_flags
-from bulksync.settings import Declaration, Settings, declarations
+from bulksync.declaration import Declaration
+from bulksync.settings import Settings, declarations
 
 COMMANDS = {"coordinator": "coordinator", "worker": "worker"}
 

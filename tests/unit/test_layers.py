@@ -31,8 +31,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("workers",),
     ("coordinator",),
     ("channels", "checkpoint", "store", "cache"),
-    # settings raises errors.ConfigError, so it sits above errors (which imports nothing).
+    # settings raises errors.ConfigError, so it sits above errors (which imports nothing), as
+    # do the declarations of its fields and the URL checks both use.
     ("settings",),
+    ("declaration",),
+    ("urls",),
     ("runtime",),
     ("errors", "types", "config", "context", "constants", "callbacks"),
     ("keys", "ids", "exports", "logs", "retry", "rounds", "warnings", "managed", "collector"),

@@ -10,16 +10,10 @@ from pathlib import Path
 import pytest
 
 from bulksync import settings as settings_module
+from bulksync.declaration import GROUPS, Declaration
 from bulksync.errors import ConfigError
 from bulksync.service import coordinator as coordinator_module
-from bulksync.settings import (
-    GROUPS,
-    Declaration,
-    Settings,
-    declarations,
-    env_setting,
-    redact,
-)
+from bulksync.settings import Settings, declarations, env_setting
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 NUMBERS = [d for d in declarations() if d.kind in (int, float)]
@@ -144,22 +138,6 @@ def test_repr_hides_passwords() -> None:
     for secret in ("pw-one", "pw-two", "pw-three"):
         assert secret not in text
     assert "cache:6379" in text
-
-
-@pytest.mark.parametrize(
-    ("url", "expected"),
-    [
-        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
-        ("redis://user@h/0", "redis://user@h/0"),
-        ("redis://:pw@h:1/0", "redis://:***@h:1/0"),
-        ("postgresql://u:p@w@h/db", "postgresql://u:***@h/db"),
-        ("redis://h:notaport/0", "redis://h:notaport/0"),
-        ("redis://u:pw@h:notaport/0", "redis://u:***@h:notaport/0"),
-        ("redis://u:pw@[::1/0", "<unparsable URL>"),
-    ],
-)
-def test_redact(url: str, expected: str) -> None:
-    assert redact(url) == expected
 
 
 # -- the declarations ---------------------------------------------------------------------

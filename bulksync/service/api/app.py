@@ -48,7 +48,8 @@ from bulksync.service.api import streaming
 from bulksync.service.events import RunEvent
 from bulksync.service.runs import Run, RunStore
 from bulksync.service.threads import Thread, ThreadStore
-from bulksync.settings import Settings, redact
+from bulksync.settings import Settings
+from bulksync.urls import redact
 from bulksync.workers.registry import GraphRegistry
 
 log = logging.getLogger("bulksync.api")

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from bulksync.service.api.app import Backend, backend
-from bulksync.settings import redact
+from bulksync.urls import redact
 
 router = APIRouter(tags=["health"])
 Server = Annotated[Backend, Depends(backend)]
