@@ -7,23 +7,24 @@ pending writes the moment it arrives; then apply all writes in task-path order (
 and commit the checkpoint before the next step is planned. A crash anywhere re-plans the
 same task ids from the last checkpoint and runs only the unfinished tasks again.
 
-The loop keeps the run's live state (channels, versions, the step's tasks); what is stored
+The loop keeps the run's live state (channels, versions, the step's tasks); how its input
+is taken (or the thread resumed, replayed or forked) is ``first_step.py``'s; what is stored
 lives in its ``Ledger`` (``ledger.py``) and what is streamed in its ``StreamBuffer``
-(``stream_buffer.py``). Subgraphs run as child loops (``run_child``), from a subgraph node
-or from a graph invoked inside a node.
+(``stream_buffer.py``). Subgraphs run as child loops (``nested.run_child``), from a
+subgraph node or from a graph invoked inside a node.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from bulksync import collector
 from bulksync.cache.base import FullKey
 from bulksync.channels.base import MISSING, BaseChannel
-from bulksync.checkpoint.base import Checkpoint, CheckpointSaver, PendingWrite
+from bulksync.checkpoint.base import Checkpoint, CheckpointSaver
 from bulksync.constants import (
     CHECKPOINT_ID,
     CHECKPOINT_NS,
@@ -33,16 +34,14 @@ from bulksync.constants import (
     NODE_ERROR,
     NS_END,
     NS_SEP,
-    NULL_TASK_ID,
     RESUME,
     RETURN,
     TASKS,
 )
-from bulksync.context import NullResume, TaskContext
-from bulksync.coordinator import clock, stream
+from bulksync.context import NullResume
+from bulksync.coordinator import clock, first_step, stream
 from bulksync.coordinator.apply import TaskWrites, Versions, apply_writes
 from bulksync.coordinator.cached import cache_key, cached_writes, keep_writes
-from bulksync.coordinator.commands import command_writes, is_resume_map
 from bulksync.coordinator.executor import (
     Executor,
     Nesting,
@@ -54,15 +53,13 @@ from bulksync.coordinator.executor import (
 )
 from bulksync.coordinator.inbox import Await, Inbox, Steps, drive
 from bulksync.coordinator.ledger import Ledger, load_head
-from bulksync.coordinator.nested import ReplayState, child_options, child_saver
+from bulksync.coordinator.nested import ReplayState, start_subgraph_task
 from bulksync.coordinator.options import RunOptions
 from bulksync.coordinator.plan import Task, prepare_next_tasks, should_interrupt
-from bulksync.coordinator.reader import StateReader, apply_parent_command
-from bulksync.coordinator.spec import CompiledGraph, GraphSpec, Write
-from bulksync.coordinator.status import pending_interrupt_ids, read_task_statuses
+from bulksync.coordinator.spec import GraphSpec, Write
+from bulksync.coordinator.status import read_task_statuses
 from bulksync.coordinator.stream_buffer import StreamBuffer
 from bulksync.errors import (
-    EmptyInputError,
     GraphDrained,
     GraphInterrupt,
     GraphRecursionError,
@@ -71,7 +68,7 @@ from bulksync.errors import (
     is_invalid_resume,
 )
 from bulksync.managed import managed_values
-from bulksync.types import Command, Interrupt
+from bulksync.types import Interrupt
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -180,119 +177,6 @@ class SuperstepLoop:
         """The checkpoint the loop stands on."""
         return self.ledger.checkpoint
 
-    # -- the first step: input, resume, replay, fork ----------------------------------
-
-    def _start(self) -> None:
-        is_command = isinstance(self.input, Command)
-        has_state = bool(self.versions.channel_versions)
-        if self.nesting is not None:
-            # A replayed subgraph runs its input again on its old state, not resumes; one
-            # pinned by time travel into it goes on from its pinned checkpoint.
-            resumes = self.nesting.resuming and not self.replayed
-            self.is_resuming = has_state and (resumes or self.pinned)
-        else:
-            self.is_resuming = has_state and (self.input is None or is_command)
-            if self.is_resuming and self.options.on_resume is not None:
-                self.options.on_resume(self.checkpoint.id)
-        resuming_cmd = is_command and self.input.resume is not None
-        time_travel = self.addressed and not resuming_cmd
-        if time_travel:  # this run's subgraphs replay too (keeping pins further down)
-            pins = self.replay.pins if self.replay is not None else {}
-            self.replay = ReplayState(self._replayed_id(), pins)
-        self.is_replaying = time_travel or self.superseded
-        pending = self.ledger.pending
-        if time_travel:
-            pending.drop(RESUME)
-        forks = (
-            self.is_resuming
-            and time_travel
-            and (self.ledger.metadata.get("source") not in ("update", "fork") or self.superseded)
-        )
-        carried: list[PendingWrite] = []
-        if is_command:
-            writes = self._command_input(self.input)
-            if forks:
-                carried = [(NULL_TASK_ID, c, v) for c, v in writes]
-            elif writes:
-                self.ledger.record_input(writes)
-        null_writes = [(c, v) for t, c, v in (*pending, *carried) if t == NULL_TASK_ID]
-        before_input = self.null_resume
-        for chan, value in null_writes:
-            if chan == RESUME and value is not None:
-                self.null_resume = NullResume(value, self.null_resume)
-        if null_writes:
-            changed = apply_writes(
-                self.versions,
-                self.channels,
-                [TaskWrites("__input__", (), null_writes)],
-                self.spec.trigger_to_nodes,
-                version_bits=clock.version_bits(),
-            )
-            if self.updated_channels is not None:
-                self.updated_channels |= changed
-        if self.is_resuming:
-            self.versions.versions_seen[INTERRUPT] = dict(self.versions.channel_versions)
-            if forks:
-                pending.drop(INTERRUPT)
-                self._commit("fork")
-            self.stream.values(self.channels)
-        elif self.input is not None and not (is_command and has_state):
-            if is_command:
-                # A Command sent to a thread with no checkpoint: as LangGraph does, it is the
-                # input of START too (its update applies twice), and its resume answer goes
-                # with the pending writes the input checkpoint leaves behind.
-                self.null_resume = before_input
-            self._apply_input(self.input)
-        elif not (self.nesting is not None and self.nesting.resuming):
-            raise EmptyInputError(
-                f"Received no input for {self.spec.input_channels}: pass an input, or resume "
-                "an existing thread (its config must name a thread with a checkpoint)."
-            )
-
-    def _replayed_id(self) -> str:
-        """The checkpoint subgraphs replay from: the addressed one, or, for a checkpoint an
-        update or fork made, the one it was made from (the subgraphs' state is that one's)."""
-        source = self.ledger.metadata.get("source")
-        parent = (self.ledger.parent_config or {}).get("configurable") or {}
-        if source in ("update", "fork") and parent.get(CHECKPOINT_ID):
-            return str(parent[CHECKPOINT_ID])
-        return self.checkpoint.id
-
-    def _command_input(self, cmd: Command[Any]) -> list[Write]:
-        if cmd.resume is not None:
-            if self.saver is None:
-                raise RuntimeError(
-                    "Cannot use Command(resume=...) without checkpointer: compile the graph "
-                    "with checkpointer=... and pass a thread_id."
-                )
-            if is_resume_map(cmd.resume):
-                self.resume_map = dict(cmd.resume)
-            elif len(pending_interrupt_ids(self.ledger.pending.rows)) > 1:
-                raise RuntimeError(
-                    "When there are multiple pending interrupts, you must specify the "
-                    "interrupt id when resuming: Command(resume={interrupt.id: value, ...})."
-                )
-        writes = command_writes(cmd, self.spec, resume_is_map=self.resume_map is not None)
-        if not writes and self.resume_map is None:
-            raise EmptyInputError("Received empty Command input: set update, goto or resume.")
-        return writes
-
-    def _apply_input(self, value: Any) -> None:
-        discard = self._plan()
-        self.updated_channels = apply_writes(
-            self.versions,
-            self.channels,
-            [
-                *(TaskWrites(t.name, t.path, (), t.triggers) for t in discard.values()),
-                TaskWrites("__input__", (), [(self.spec.input_channels, value)]),
-            ],
-            self.spec.trigger_to_nodes,
-            version_bits=clock.version_bits(),
-        )
-        # Stored with the next step's checkpoint when that step runs no user code (START
-        # mapping the input): one transaction for both (``run_tasks`` stores it otherwise).
-        self._commit("input", defer=True)
-
     # -- planning and committing ------------------------------------------------------
 
     def _current(self) -> Checkpoint:
@@ -303,7 +187,7 @@ class SuperstepLoop:
             versions_seen=self.versions.versions_seen,
         )
 
-    def _plan(self) -> dict[str, Task]:
+    def plan(self) -> dict[str, Task]:
         """The tasks of the current step, from the live versions."""
         sends = self.channels.get(TASKS)
         wide = len(sends.get()) if sends is not None and sends.is_available() else 0
@@ -318,7 +202,7 @@ class SuperstepLoop:
                 managed_values(self.spec.managed, self.step, self.stop),
             )
 
-    def _commit(self, source: str, *, defer: bool = False) -> None:
+    def commit(self, source: str, *, defer: bool = False) -> None:
         """Commit the step's checkpoint and move on to the next step (``defer``: see
         ``Ledger.commit``)."""
         self.ledger.commit(
@@ -337,9 +221,9 @@ class SuperstepLoop:
             )
         if self.step > self.stop:
             self.status = "out_of_steps"
-            self._stream_checkpoint(self._plan())  # the last one saved, as a step would
+            self._stream_checkpoint(self.plan())  # the last one saved, as a step would
             return False
-        self.tasks = self._plan()
+        self.tasks = self.plan()
         self.task_writes = {}
         ledger = self.ledger
         self._stream_checkpoint(self.tasks)
@@ -403,7 +287,7 @@ class SuperstepLoop:
             handle.cancel()  # abandoned while it was being submitted
         for task in todo:
             if self.spec.nodes[task.name].subgraph is not None:
-                self._start_subgraph_task(task, step_input, live, results.put)
+                start_subgraph_task(self.spec, self.executor, task, step_input, live, results.put)
         failure: BaseException | None = None
         paused = False
         deadline = clock.deadline(self.options.step_timeout)
@@ -538,54 +422,6 @@ class SuperstepLoop:
         self.stream.result(task, plain)
         return None
 
-    def _start_subgraph_task(
-        self,
-        task: Task,
-        step: StepInput,
-        live: StepLive,
-        deliver: Callable[[TaskResult], None],
-    ) -> None:
-        """Run a subgraph node's task as a child loop on its own thread; deliver its result."""
-        node = self.spec.nodes[task.name]
-        subgraph = node.subgraph
-        assert subgraph is not None, f"node '{node.name}' is not a subgraph node"
-        reader = StateReader(self.spec, step)
-        # The task's own level over the step's answer: it records whether the child took it.
-        own = NullResume(None, live.null_resume)
-        child_live = dataclasses.replace(live, null_resume=own)
-
-        def finish(result: TaskResult) -> None:
-            deliver(dataclasses.replace(result, took_null_resume=own.taken))
-
-        def body() -> None:
-            try:
-                outcome = run_child(subgraph, task.input, step, child_live, task.checkpoint_ns)
-                finish(TaskResult(task.id, tuple(node.writer(outcome.output, reader))))
-            except GraphInterrupt as exc:
-                finish(TaskResult(task.id, (), interrupts=exc.interrupts, interrupted=True))
-            except GraphDrained as exc:  # the child stopped at its step boundary: not a failure
-                finish(TaskResult(task.id, (), error=exc))
-            except ParentCommand as exc:
-                try:
-                    writes = apply_parent_command(node, task, exc, reader)
-                    finish(TaskResult(task.id, tuple(writes)))
-                except BaseException as err:
-                    finish(TaskResult(task.id, (), error=err))
-            except Exception as exc:
-                if node.error_handler is None or isinstance(exc, TaskCancelledError):
-                    finish(TaskResult(task.id, (), error=exc))
-                    return
-                # The subgraph failed for good: the node's error handler runs in its place,
-                # as a task of the executor's told of the failure (on a worker, on a cluster).
-                exc.add_note(f"During task with name '{task.name}' and id '{task.id}'")
-                failed = {**step.node_errors, task.id: [node.name, exc]}
-                handled = dataclasses.replace(step, node_errors=failed)
-                self.executor.submit(self.spec, handled, child_live, [task], finish)
-            except BaseException as exc:
-                finish(TaskResult(task.id, (), error=exc))
-
-        threading.Thread(target=body, name=f"bulksync-sub-{task.name}", daemon=True).start()
-
     def after_tick(self) -> None:
         """Apply the step's writes in task-path order and commit the checkpoint."""
         with collector.paused(len(self.tasks)):
@@ -608,12 +444,12 @@ class SuperstepLoop:
             self.stream.values(self.channels)
         self.ledger.pending.clear()
         self.is_replaying = False
-        self._commit("loop")
+        self.commit("loop")
         self._forget_step()
         after = self.options.interrupt_after
         if after and should_interrupt(self.checkpoint, after, self.tasks.values()):
             self.status = "interrupt_after"
-            self._stream_checkpoint(self._plan())  # the one the run pauses on
+            self._stream_checkpoint(self.plan())  # the one the run pauses on
             raise GraphInterrupt()
         # Only the first step resumes: a subgraph a later step enters again starts on its
         # new input, as LangGraph unsets its resuming flag here.
@@ -679,7 +515,7 @@ class SuperstepLoop:
             GraphInterrupt: a nested loop paused (its parent task records the interrupts).
         """
         try:
-            self._start()
+            first_step.start(self)
             while self.tick():
                 yield from self.run_tasks()
                 self.after_tick()
@@ -742,60 +578,3 @@ class SuperstepLoop:
         return Outcome(
             stream.read_channels(self.channels, keys), tuple(self.interrupts), self.status
         )
-
-
-def run_child(
-    compiled: CompiledGraph,
-    value: Any,
-    step: StepInput,
-    live: StepLive,
-    ns: str,
-    started: Callable[[SuperstepLoop], None] | None = None,
-) -> Outcome:
-    """Run ``compiled`` on ``value`` as a child loop under namespace ``ns``.
-
-    ``step`` is the parent task's step (its ``nesting`` says how to nest, its config is the
-    run's); ``live`` gives the saver, executor, sink and resume answer the child shares.
-    """
-    options, stored_ns = child_options(compiled, step, ns)
-    loop = SuperstepLoop(
-        compiled.spec,
-        value,
-        saver=child_saver(compiled, live.saver),
-        executor=live.executor,
-        options=options,
-        sink=live.sink,
-        checkpoint_ns=stored_ns,
-        nesting=step.nesting,
-        null_resume=live.null_resume,
-        # A persistent subgraph streams under its stored namespace, as LangGraph's does.
-        namespace=tuple((stored_ns if compiled.checkpointer is True else ns).split(NS_SEP)),
-        replay=live.replay,
-        store=live.store,
-        control=live.control,
-        abandoned=live.abandoned,
-        home=live.home,
-        cache=live.cache,
-    )
-    loop.resume_map = step.resume_map  # answers by interrupt id reach the child's tasks too
-    if started is not None:
-        started(loop)
-    return loop.run()
-
-
-def invoke_nested(
-    compiled: CompiledGraph,
-    value: Any,
-    ctx: TaskContext,
-    started: Callable[[SuperstepLoop], None] | None = None,
-) -> Outcome:
-    """Run ``compiled`` inside the running task ``ctx`` (a graph invoked from a node);
-    ``started`` gets the child loop before it runs (to stop it with its caller).
-
-    The n-th call within one task gets namespace ``<task ns>|n`` (the first, none).
-    """
-    step, live, task = ctx.parent
-    count = next(ctx.scratchpad.subgraph_counter)
-    ns = task.checkpoint_ns if count == 0 else f"{task.checkpoint_ns}{NS_SEP}{count}"
-    live = dataclasses.replace(live, null_resume=ctx.scratchpad.null_resume)
-    return run_child(compiled, value, step, live, ns, started)

@@ -1,24 +1,32 @@
 """Subgraphs: what a child loop takes from the task that runs it.
 
-Two ways in, one mechanism (``loop.run_child``). A subgraph *added as a node* is run by the
+Two ways in, one mechanism (``run_child``). A subgraph *added as a node* is run by the
 parent loop itself: its own tasks go through the parent's executor, so a cluster spreads a
 subgraph's fan-out like any other. A subgraph *invoked inside a node* nests under the
-running task (``loop.invoke_nested``). Either way the child keeps its checkpoints under the
+running task (``invoke_nested``). Either way the child keeps its checkpoints under the
 task's namespace (``node:<task_id>``), inherits the parent's saver unless compiled with
 ``checkpointer=False``, streams under its namespace, and resumes with the parent.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from bulksync.checkpoint.base import CheckpointSaver, CheckpointTuple
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, NS_END, NS_SEP
-from bulksync.coordinator.executor import StepInput
+from bulksync.context import NullResume, TaskContext
+from bulksync.coordinator.executor import Executor, StepInput, StepLive, TaskResult
 from bulksync.coordinator.options import RunOptions
-from bulksync.coordinator.spec import CompiledGraph
+from bulksync.coordinator.plan import Task
+from bulksync.coordinator.reader import StateReader, apply_parent_command
+from bulksync.coordinator.spec import CompiledGraph, GraphSpec
+from bulksync.errors import GraphDrained, GraphInterrupt, ParentCommand, TaskCancelledError
+
+if TYPE_CHECKING:
+    from bulksync.coordinator.loop import Outcome, SuperstepLoop
 
 
 def recast_namespace(ns: str) -> str:
@@ -127,3 +135,112 @@ def child_options(compiled: CompiledGraph, step: StepInput, ns: str) -> tuple[Ru
         step_timeout=compiled.step_timeout,
     )
     return options, stored_ns
+
+
+def start_subgraph_task(
+    spec: GraphSpec,
+    executor: Executor,
+    task: Task,
+    step: StepInput,
+    live: StepLive,
+    deliver: Callable[[TaskResult], None],
+) -> None:
+    """Run a subgraph node's task as a child loop on its own thread; deliver its result."""
+    node = spec.nodes[task.name]
+    subgraph = node.subgraph
+    assert subgraph is not None, f"node '{node.name}' is not a subgraph node"
+    reader = StateReader(spec, step)
+    # The task's own level over the step's answer: it records whether the child took it.
+    own = NullResume(None, live.null_resume)
+    child_live = dataclasses.replace(live, null_resume=own)
+
+    def finish(result: TaskResult) -> None:
+        deliver(dataclasses.replace(result, took_null_resume=own.taken))
+
+    def body() -> None:
+        try:
+            outcome = run_child(subgraph, task.input, step, child_live, task.checkpoint_ns)
+            finish(TaskResult(task.id, tuple(node.writer(outcome.output, reader))))
+        except GraphInterrupt as exc:
+            finish(TaskResult(task.id, (), interrupts=exc.interrupts, interrupted=True))
+        except GraphDrained as exc:  # the child stopped at its step boundary: not a failure
+            finish(TaskResult(task.id, (), error=exc))
+        except ParentCommand as exc:
+            try:
+                writes = apply_parent_command(node, task, exc, reader)
+                finish(TaskResult(task.id, tuple(writes)))
+            except BaseException as err:
+                finish(TaskResult(task.id, (), error=err))
+        except Exception as exc:
+            if node.error_handler is None or isinstance(exc, TaskCancelledError):
+                finish(TaskResult(task.id, (), error=exc))
+                return
+            # The subgraph failed for good: the node's error handler runs in its place,
+            # as a task of the executor's told of the failure (on a worker, on a cluster).
+            exc.add_note(f"During task with name '{task.name}' and id '{task.id}'")
+            failed = {**step.node_errors, task.id: [node.name, exc]}
+            handled = dataclasses.replace(step, node_errors=failed)
+            executor.submit(spec, handled, child_live, [task], finish)
+        except BaseException as exc:
+            finish(TaskResult(task.id, (), error=exc))
+
+    threading.Thread(target=body, name=f"bulksync-sub-{task.name}", daemon=True).start()
+
+
+def run_child(
+    compiled: CompiledGraph,
+    value: Any,
+    step: StepInput,
+    live: StepLive,
+    ns: str,
+    started: Callable[[SuperstepLoop], None] | None = None,
+) -> Outcome:
+    """Run ``compiled`` on ``value`` as a child loop under namespace ``ns``.
+
+    ``step`` is the parent task's step (its ``nesting`` says how to nest, its config is the
+    run's); ``live`` gives the saver, executor, sink and resume answer the child shares.
+    """
+    from bulksync.coordinator.loop import SuperstepLoop  # (the loop starts children from here)
+
+    options, stored_ns = child_options(compiled, step, ns)
+    loop = SuperstepLoop(
+        compiled.spec,
+        value,
+        saver=child_saver(compiled, live.saver),
+        executor=live.executor,
+        options=options,
+        sink=live.sink,
+        checkpoint_ns=stored_ns,
+        nesting=step.nesting,
+        null_resume=live.null_resume,
+        # A persistent subgraph streams under its stored namespace, as LangGraph's does.
+        namespace=tuple((stored_ns if compiled.checkpointer is True else ns).split(NS_SEP)),
+        replay=live.replay,
+        store=live.store,
+        control=live.control,
+        abandoned=live.abandoned,
+        home=live.home,
+        cache=live.cache,
+    )
+    loop.resume_map = step.resume_map  # answers by interrupt id reach the child's tasks too
+    if started is not None:
+        started(loop)
+    return loop.run()
+
+
+def invoke_nested(
+    compiled: CompiledGraph,
+    value: Any,
+    ctx: TaskContext,
+    started: Callable[[SuperstepLoop], None] | None = None,
+) -> Outcome:
+    """Run ``compiled`` inside the running task ``ctx`` (a graph invoked from a node);
+    ``started`` gets the child loop before it runs (to stop it with its caller).
+
+    The n-th call within one task gets namespace ``<task ns>|n`` (the first, none).
+    """
+    step, live, task = ctx.parent
+    count = next(ctx.scratchpad.subgraph_counter)
+    ns = task.checkpoint_ns if count == 0 else f"{task.checkpoint_ns}{NS_SEP}{count}"
+    live = dataclasses.replace(live, null_resume=ctx.scratchpad.null_resume)
+    return run_child(compiled, value, step, live, ns, started)

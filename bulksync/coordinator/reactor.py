@@ -12,7 +12,7 @@ What a run does between two waits — applying writes, committing the checkpoint
 Postgres, publishing the next step, writing its events to Redis — still happens on a
 reactor thread, so the pool's size bounds how many runs do it at once (and the database
 and Redis connections they need). A subgraph node still runs its child loop on a thread
-of its own (``SuperstepLoop._start_subgraph_task``).
+of its own (``nested.start_subgraph_task``).
 """
 
 from __future__ import annotations

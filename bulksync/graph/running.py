@@ -22,8 +22,8 @@ from bulksync.config import addresses_own_thread, merge_configs
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, INTERRUPT, NS_SEP
 from bulksync.context import maybe_current_task
 from bulksync.coordinator.executor import Executor
-from bulksync.coordinator.loop import Outcome, SuperstepLoop, invoke_nested
-from bulksync.coordinator.nested import ReplayState, recast_namespace
+from bulksync.coordinator.loop import Outcome, SuperstepLoop
+from bulksync.coordinator.nested import ReplayState, invoke_nested, recast_namespace
 from bulksync.coordinator.options import RunOptions, validate_recursion_limit
 from bulksync.coordinator.reactor import Reactor
 from bulksync.coordinator.spec import GraphSpec

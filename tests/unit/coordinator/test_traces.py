@@ -39,7 +39,7 @@ from bulksync import ids
 from bulksync.channels.base import MISSING, BaseChannel
 from bulksync.checkpoint.base import Checkpoint
 from bulksync.checkpoint.memory import InMemorySaver
-from bulksync.coordinator import apply, clock, ledger, loop, plan
+from bulksync.coordinator import apply, clock, first_step, ledger, loop, plan
 from bulksync.coordinator.apply import Stamp, TaskWrites, Versions
 from bulksync.coordinator.spec import GraphSpec
 from bulksync.graph import END, START, CompiledStateGraph, StateGraph
@@ -447,6 +447,7 @@ def record(name: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     monkeypatch.setattr(loop, "prepare_next_tasks", plan_call)
     monkeypatch.setattr(loop, "apply_writes", apply_call)
+    monkeypatch.setattr(first_step, "apply_writes", apply_call)  # the input's writes
     monkeypatch.setattr(ledger, "create_checkpoint", checkpoint_call)
     run(graph)
     for entry in calls:
