@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench import graphs, measure, run
+from bench import graphs, measure, parts, report, run
 from bench.workers import worker_command
 
 
@@ -129,14 +129,14 @@ def test_ratio_is_of_medians_with_the_range_round_by_round(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     fast, slow = measure.Timing("a", [1.0, 2.0, 6.0]), measure.Timing("b", [2.0, 2.0, 3.0])
-    assert run.ratio("a / b", fast, slow, "target: <= 1.00") == 1.0
+    assert report.ratio("a / b", fast, slow, "target: <= 1.00") == 1.0
     assert " ".join(capsys.readouterr().out.split()) == (
         "a / b 1.00 target: <= 1.00 (rounds 0.50-2.00)"
     )
-    assert run.round_ratios(fast, measure.Timing("limit", [2.0])) == [0.5, 1.0, 3.0]
-    assert run.round_ratios(measure.Timing("one", [4.0]), slow) == [2.0, 2.0, 4.0 / 3.0]
-    assert run.round_ratios(fast, measure.Timing("c", [1.0, 2.0])) == []
-    run.ratio("a / limit", measure.Timing("a", [1.0]), measure.Timing("l", [2.0]), "(context)")
+    assert report.round_ratios(fast, measure.Timing("limit", [2.0])) == [0.5, 1.0, 3.0]
+    assert report.round_ratios(measure.Timing("one", [4.0]), slow) == [2.0, 2.0, 4.0 / 3.0]
+    assert report.round_ratios(fast, measure.Timing("c", [1.0, 2.0])) == []
+    report.ratio("a / limit", measure.Timing("a", [1.0]), measure.Timing("l", [2.0]), "(context)")
     assert "rounds" not in capsys.readouterr().out  # one round: no range to show
 
 
@@ -182,7 +182,7 @@ def test_cpu_budget_prints_the_floor_and_what_the_cores_allow(
         "in-process": {"client": 0.004, "postgres": 0.001},
         "raw": {"workers": 0.006, "client": 0.002, "redis": 0.002},
     }
-    run.cpu_budget(spent, lg_rate=100.0)
+    parts.cpu_budget(spent, lg_rate=100.0)
     out = capsys.readouterr().out
     cores = os.cpu_count() or 1
     shares = "coordinator 8.00, workers 8.00, redis 2.00, postgres 3.00"
@@ -191,7 +191,7 @@ def test_cpu_budget_prints_the_floor_and_what_the_cores_allow(
     assert f"{cores} cores run at most {cores / 0.015:.1f} runs/s" in out
     assert f"= {cores / 0.015 / 100:.2f} x LangGraph + PostgresSaver" in out
     assert "bulksync spends 1.40 x the floor" in out
-    run.cpu_budget({**spent, "raw": {}}, lg_rate=100.0)  # /proc could not tell
+    parts.cpu_budget({**spent, "raw": {}}, lg_rate=100.0)  # /proc could not tell
     assert capsys.readouterr().out == ""
 
 
