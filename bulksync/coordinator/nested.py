@@ -1,4 +1,4 @@
-"""Subgraphs: what a child loop takes from the task that runs it.
+"""Subgraphs: child loops, how they start, and what they take from the task that runs them.
 
 Two ways in, one mechanism (``run_child``). A subgraph *added as a node* is run by the
 parent loop itself: its own tasks go through the parent's executor, so a cluster spreads a
