@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
 
 from bulksync import collector
 from bulksync.cache.base import FullKey
@@ -78,6 +78,21 @@ class Outcome:
     output: Any
     interrupts: tuple[Interrupt, ...]
     status: str
+
+
+@dataclasses.dataclass(slots=True)
+class _Gathering:
+    """One step's results as they arrive (``SuperstepLoop.run_tasks``)."""
+
+    answer: Any
+    """The run-wide resume answer the step's tasks share, until one reports it took it."""
+    several: bool
+    """More than one task: each result is streamed as it is recorded."""
+    handle: StepHandle | None = None
+    failure: BaseException | None = None
+    """The first error that stops the step."""
+    paused: bool = False
+    """A task was interrupted: the run pauses once the step's results are in."""
 
 
 class SuperstepLoop:
@@ -262,11 +277,34 @@ class SuperstepLoop:
         if any(not self.spec.nodes[t.name].bookkeeping for t in todo):
             self.ledger.store_deferred()  # user code starts from a stored checkpoint only
         results = Inbox()
+        # The step's tasks share one copy of the run-wide answer (a worker gets its own); the
+        # run's answer is consumed when a task reports it took its copy (``_take``).
+        step = _Gathering(answer=self.null_resume.peek(), several=len(todo) > 1)
+        step.handle = self._start_tasks(todo, step.answer, results.put)
+        deadline = clock.deadline(self.options.step_timeout)
+        left = len(todo)
+        while left:
+            ready = yield Await(results, left, clock.earliest(deadline, self.ledger.store_by))
+            if not ready and not clock.passed(deadline):
+                self.ledger.flush()  # the results' writes kept back are due
+                continue
+            if not ready:
+                self._timed_out(step.handle)
+            left -= len(ready)
+            self._take(ready, step, last=not left)
+        if step.failure is not None:
+            self.stream.flush()  # the failed task's result is streamed before the error
+            raise step.failure
+        if step.paused:
+            raise GraphInterrupt(tuple(self.interrupts))
+
+    def _start_tasks(
+        self, todo: list[Task], answer: Any, deliver: Callable[[TaskResult], None]
+    ) -> StepHandle | None:
+        """Submit ``todo``'s tasks to the executor and start its subgraph nodes' tasks, each
+        result to ``deliver``; the executor's handle (None: subgraph tasks only)."""
         plain = [t for t in todo if self.spec.nodes[t.name].subgraph is None]
         step_input = self._step_input()
-        # The step's tasks share one copy of the run-wide answer (a worker gets its own); the
-        # run's answer is consumed below when a task reports it took its copy.
-        answer = self.null_resume.peek()
         live = StepLive(
             self.sink,
             NullResume(answer),
@@ -281,56 +319,48 @@ class SuperstepLoop:
             lone=self.blocking and len(todo) == 1 and self.options.step_timeout is None,
         )
         handle = self._handle = (
-            self.executor.submit(self.spec, step_input, live, plain, results.put) if plain else None
+            self.executor.submit(self.spec, step_input, live, plain, deliver) if plain else None
         )
         if handle is not None and (self.abandoned.is_set() or self.stopped):
             handle.cancel()  # abandoned while it was being submitted
         for task in todo:
             if self.spec.nodes[task.name].subgraph is not None:
-                start_subgraph_task(self.spec, self.executor, task, step_input, live, results.put)
-        failure: BaseException | None = None
-        paused = False
-        deadline = clock.deadline(self.options.step_timeout)
-        left = len(todo)
-        while left:
-            ready = yield Await(results, left, clock.earliest(deadline, self.ledger.store_by))
-            if not ready and not clock.passed(deadline):
-                self.ledger.flush()  # the results' writes kept back are due
-                continue
-            if not ready:  # the step outran its step_timeout
-                if handle is not None:
-                    handle.cancel()
-                self.stream.flush()
-                raise TimeoutError(
-                    f"A step of graph '{self.spec.name}' ran longer than its step_timeout "
-                    f"of {self.options.step_timeout}s; its unfinished tasks were cancelled."
-                ) from None
-            left -= len(ready)
-            with self.ledger.batched(), collector.paused(len(ready)):
-                for result in ready:
-                    paused = paused or result.interrupted
-                    if result.took_null_resume and answer is not None:
-                        self.null_resume.take()
-                        answer = None
-                    if failure is not None and isinstance(result.error, TaskCancelledError):
-                        continue  # stopped because of the failure: it never ran, nothing to record
-                    error = self._record(self.tasks[result.task_id], result)
-                    if error is None and failure is None and len(todo) > 1:
-                        self.stream.flush()
-                    if error is not None and failure is None:
-                        failure = error
-                        # An answer that failed its response_schema leaves the interrupt open;
-                        # the other answered tasks finish (stopped after a side effect, they
-                        # would redo it).
-                        if handle is not None and not is_invalid_resume(error):
-                            handle.cancel()
-                if not left and failure is None and not paused:
-                    self.ledger.hold()  # the step is done: stored with its checkpoint
-        if failure is not None:
-            self.stream.flush()  # the failed task's result is streamed before the error
-            raise failure
-        if paused:
-            raise GraphInterrupt(tuple(self.interrupts))
+                start_subgraph_task(self.spec, self.executor, task, step_input, live, deliver)
+        return handle
+
+    def _timed_out(self, handle: StepHandle | None) -> NoReturn:
+        """The step outran its ``step_timeout``: cancel its unfinished tasks and fail."""
+        if handle is not None:
+            handle.cancel()
+        self.stream.flush()
+        raise TimeoutError(
+            f"A step of graph '{self.spec.name}' ran longer than its step_timeout "
+            f"of {self.options.step_timeout}s; its unfinished tasks were cancelled."
+        ) from None
+
+    def _take(self, ready: list[TaskResult], step: _Gathering, *, last: bool) -> None:
+        """Record the results that arrived; the first error cancels the step's other tasks.
+        With the ``last`` of them in, the step's writes are held for its checkpoint."""
+        with self.ledger.batched(), collector.paused(len(ready)):
+            for result in ready:
+                step.paused = step.paused or result.interrupted
+                if result.took_null_resume and step.answer is not None:
+                    self.null_resume.take()
+                    step.answer = None
+                if step.failure is not None and isinstance(result.error, TaskCancelledError):
+                    continue  # stopped because of the failure: it never ran, nothing to record
+                error = self._record(self.tasks[result.task_id], result)
+                if error is None and step.failure is None and step.several:
+                    self.stream.flush()
+                if error is not None and step.failure is None:
+                    step.failure = error
+                    # An answer that failed its response_schema leaves the interrupt open;
+                    # the other answered tasks finish (stopped after a side effect, they
+                    # would redo it).
+                    if step.handle is not None and not is_invalid_resume(error):
+                        step.handle.cancel()
+            if last and step.failure is None and not step.paused:
+                self.ledger.hold()  # the step is done: stored with its checkpoint
 
     def _from_cache(self, todo: list[Task]) -> list[Task]:
         """Record the tasks whose writes the node cache holds (``cached.py``); the others,
