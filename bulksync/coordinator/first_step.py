@@ -12,21 +12,25 @@ What the input means depends on the checkpoint the loop stands on, as in LangGra
   checkpoint (deferred, so that a first step running no user code shares its transaction).
 
 A subgraph resumes with its parent task, and starts again on its old state when replayed.
-These functions set up the ``SuperstepLoop`` they are given, before its first tick.
+``find_origin`` finds the checkpoint a ``SuperstepLoop`` starts from when it is made;
+``start`` sets the loop up from it before its first tick.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from bulksync.checkpoint.base import PendingWrite
-from bulksync.constants import CHECKPOINT_ID, INTERRUPT, NULL_TASK_ID, RESUME
+from bulksync.checkpoint.base import CheckpointSaver, CheckpointTuple, PendingWrite
+from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, INTERRUPT, NULL_TASK_ID, RESUME
 from bulksync.context import NullResume
 from bulksync.coordinator import clock
 from bulksync.coordinator.apply import TaskWrites, apply_writes
 from bulksync.coordinator.commands import command_writes, is_resume_map
-from bulksync.coordinator.ledger import Ledger
+from bulksync.coordinator.executor import Nesting
+from bulksync.coordinator.ledger import Ledger, load_head
 from bulksync.coordinator.nested import ReplayState
+from bulksync.coordinator.options import RunOptions
 from bulksync.coordinator.spec import Write
 from bulksync.coordinator.status import pending_interrupt_ids
 from bulksync.errors import EmptyInputError
@@ -34,6 +38,46 @@ from bulksync.types import Command
 
 if TYPE_CHECKING:
     from bulksync.coordinator.loop import SuperstepLoop
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Origin:
+    """The checkpoint a loop starts from, and how it was found."""
+
+    saved: CheckpointTuple | None
+    superseded: bool
+    """The thread has moved past it: its finished tasks run again."""
+    replayed: bool
+    """A subgraph's first run in a replayed parent: it starts from its state as of then."""
+    pinned: bool
+    """A replayed subgraph pinned by time travel into it: it goes on from that checkpoint."""
+    addressed: bool
+    """A root run addressed to a checkpoint by id (replay or fork), or a pinned subgraph."""
+
+
+def find_origin(
+    saver: CheckpointSaver | None,
+    options: RunOptions,
+    checkpoint_ns: str,
+    nesting: Nesting | None,
+    replay: ReplayState | None,
+) -> Origin:
+    """The checkpoint a loop under ``checkpoint_ns`` starts from (``nesting``: a child loop's;
+    ``replay``: its run's replay, if any)."""
+    replayed = bool(replay and nesting is not None and saver and replay.first_visit(checkpoint_ns))
+    if replayed:
+        assert replay is not None and saver is not None
+        conf = {**(options.config.get("configurable") or {}), CHECKPOINT_NS: checkpoint_ns}
+        conf.pop(CHECKPOINT_ID, None)
+        saved, superseded = replay.load(saver, {"configurable": conf}), False
+    else:
+        saved, superseded = load_head(
+            saver, options.config, checkpoint_ns, nested=nesting is not None
+        )
+    pinned = replayed and replay is not None and bool(replay.pinned(checkpoint_ns))
+    conf = options.config.get("configurable") or {}
+    addressed = (bool(conf.get(CHECKPOINT_ID)) and nesting is None) or pinned
+    return Origin(saved, superseded, replayed, pinned, addressed)
 
 
 def start(loop: SuperstepLoop) -> None:
@@ -47,18 +91,18 @@ def start(loop: SuperstepLoop) -> None:
     is_command = isinstance(loop.input, Command)
     has_state = bool(loop.versions.channel_versions)
     loop.is_resuming = _resumes(loop, is_command=is_command, has_state=has_state)
-    time_travel = loop.addressed and not (is_command and loop.input.resume is not None)
+    time_travel = loop.origin.addressed and not (is_command and loop.input.resume is not None)
     if time_travel:  # this run's subgraphs replay too (keeping pins further down)
         pins = loop.replay.pins if loop.replay is not None else {}
         loop.replay = ReplayState(replayed_id(loop.ledger), pins)
-    loop.is_replaying = time_travel or loop.superseded
+    loop.is_replaying = time_travel or loop.origin.superseded
     pending = loop.ledger.pending
     if time_travel:
         pending.drop(RESUME)
     forks = (
         loop.is_resuming
         and time_travel
-        and (loop.ledger.metadata.get("source") not in ("update", "fork") or loop.superseded)
+        and (loop.ledger.metadata.get("source") not in ("update", "fork") or loop.origin.superseded)
     )
     before_input = loop.null_resume
     _apply_pending_input(loop, is_command=is_command, forks=forks)
@@ -97,8 +141,8 @@ def _resumes(loop: SuperstepLoop, *, is_command: bool, has_state: bool) -> bool:
     if loop.nesting is not None:
         # A replayed subgraph runs its input again on its old state, not resumes; one
         # pinned by time travel into it goes on from its pinned checkpoint.
-        resumes = loop.nesting.resuming and not loop.replayed
-        return has_state and (resumes or loop.pinned)
+        resumes = loop.nesting.resuming and not loop.origin.replayed
+        return has_state and (resumes or loop.origin.pinned)
     resuming = has_state and (loop.input is None or is_command)
     if resuming and loop.options.on_resume is not None:
         loop.options.on_resume(loop.checkpoint.id)

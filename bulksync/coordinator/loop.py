@@ -26,8 +26,6 @@ from bulksync.cache.base import FullKey
 from bulksync.channels.base import MISSING, BaseChannel
 from bulksync.checkpoint.base import Checkpoint, CheckpointSaver
 from bulksync.constants import (
-    CHECKPOINT_ID,
-    CHECKPOINT_NS,
     ERROR,
     INTERRUPT,
     NO_WRITES,
@@ -52,7 +50,7 @@ from bulksync.coordinator.executor import (
     TaskResult,
 )
 from bulksync.coordinator.inbox import Await, Inbox, Steps, drive
-from bulksync.coordinator.ledger import Ledger, load_head
+from bulksync.coordinator.ledger import Ledger
 from bulksync.coordinator.nested import ReplayState, start_subgraph_task
 from bulksync.coordinator.options import RunOptions
 from bulksync.coordinator.plan import Task, prepare_next_tasks, should_interrupt
@@ -140,29 +138,12 @@ class SuperstepLoop:
         if namespace is None:
             namespace = tuple(checkpoint_ns.split(NS_SEP)) if checkpoint_ns else ()
         self.stream = StreamBuffer(sink, namespace, spec, options)
-        # A subgraph's first run in a replayed parent starts from its state as of then.
         self.replay = replay
-        self.replayed = bool(
-            replay and nesting is not None and saver and replay.first_visit(checkpoint_ns)
-        )
-        if self.replayed:
-            assert replay is not None and saver is not None
-            conf = {**(options.config.get("configurable") or {}), CHECKPOINT_NS: checkpoint_ns}
-            conf.pop(CHECKPOINT_ID, None)
-            saved, self.superseded = replay.load(saver, {"configurable": conf}), False
-        else:
-            saved, self.superseded = load_head(
-                saver, options.config, checkpoint_ns, nested=nesting is not None
-            )
-        conf = options.config.get("configurable") or {}
-        # An addressed checkpoint (replay or fork) the thread has moved past: its finished
-        # tasks run again. A subgraph pinned by time travel into it is addressed too.
-        self.pinned = self.replayed and replay is not None and bool(replay.pinned(checkpoint_ns))
-        self.addressed = (bool(conf.get(CHECKPOINT_ID)) and nesting is None) or self.pinned
+        self.origin = first_step.find_origin(saver, options, checkpoint_ns, nesting, replay)
         self.ledger = Ledger(
             saver,
             options,
-            saved,
+            self.origin.saved,
             checkpoint_ns=checkpoint_ns,
             parents=nesting.checkpoint_map if nesting else {},
         )
