@@ -229,20 +229,12 @@ def _task_steps(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) ->
     attempt = 0
     while True:
         attempt += 1
-        resumes: list[Write] = []
         timeout = task.timeout or node.timeout  # a Send's own, else its node's
         clock = AttemptClock(timeout) if timeout is not None else None
-        ctx = _attempt_context(
-            step, live, task, resumes, null_resume, (attempt, first_attempt), clock
+        ctx, resumes, calls, traced = _prepare_attempt(
+            step, live, task, null_resume, (attempt, first_attempt), clock, handlers, messages
         )
         ctx.node_error = node_error
-        callbacks, traced = _task_callbacks(ctx.config, task, _timed(handlers, clock))
-        if callbacks is not None:
-            ctx.config["callbacks"] = callbacks
-        ctx.call_starter = calls = LazyCalls(
-            functools.partial(_calls, step, live, task, null_resume, handlers, clock)
-        )
-        ctx.messages = messages
         try:
             writes = yield from _attempt(node, task, ctx, read, messages, traced, clock)
             return TaskResult(
@@ -272,25 +264,47 @@ def _task_steps(spec: GraphSpec, task: Task, step: StepInput, live: StepLive) ->
             error.__cause__ = exc
             return _failed(task, error, null_resume, (yield _joined(calls)))
         except Exception as exc:
+            done = yield _joined(calls)  # the failed attempt's calls end before anything
             policy = next((p for p in node.retry_policy if p.should_retry(exc)), None)
-            if policy is None or attempt >= policy.max_attempts:
-                # The error keeps its type; the note (LangGraph's words) names node and task.
-                exc.add_note(f"During task with name '{task.name}' and id '{task.id}'")
-                handler = node.error_handler
-                if handler is None:
-                    # A crashed handler: the node's failure is kept, so that a resumed run
-                    # runs the handler again, not the node.
-                    kept = () if node_error is None else (_failure_write(node_error),)
-                    done = yield _joined(calls)
-                    return _failed(task, exc, null_resume, done, kept)
-                # Failed for good: the node's error handler runs in its place, with its
-                # own retries; its update or Command is written as the node's.
-                yield _joined(calls)
-                node_error, handled_by, attempt = NodeError(node.name, exc), handler.name, 0
-                node = _handler_in_place(node)
+            if policy is not None and attempt < policy.max_attempts:
+                yield _Wait(call=functools.partial(time.sleep, policy.delay(attempt)))  # backoff
                 continue
-            yield _joined(calls)  # the failed attempt's calls end before the next
-            yield _Wait(call=functools.partial(time.sleep, policy.delay(attempt)))  # backoff
+            # The error keeps its type; the note (LangGraph's words) names node and task.
+            exc.add_note(f"During task with name '{task.name}' and id '{task.id}'")
+            handler = node.error_handler
+            if handler is None:
+                # A crashed handler: the node's failure is kept, so that a resumed run runs
+                # the handler again, not the node.
+                kept = () if node_error is None else (_failure_write(node_error),)
+                return _failed(task, exc, null_resume, done, kept)
+            # Failed for good: the node's error handler runs in its place, with its own
+            # retries; its update or Command is written as the node's.
+            node_error, handled_by, attempt = NodeError(node.name, exc), handler.name, 0
+            node = _handler_in_place(node)
+
+
+def _prepare_attempt(
+    step: StepInput,
+    live: StepLive,
+    task: Task,
+    null_resume: NullResume,
+    attempt: tuple[int, float],
+    clock: AttemptClock | None,
+    handlers: list[Any],
+    messages: MessageStream | None,
+) -> tuple[TaskContext, list[Write], LazyCalls, TracedRun | None]:
+    """One attempt's context, with its callbacks, ``@task`` calls and message stream; the
+    resumes it sends, its calls and its traced run, to be closed when it ends."""
+    resumes: list[Write] = []
+    ctx = _attempt_context(step, live, task, resumes, null_resume, attempt, clock)
+    callbacks, traced = _task_callbacks(ctx.config, task, _timed(handlers, clock))
+    if callbacks is not None:
+        ctx.config["callbacks"] = callbacks
+    ctx.call_starter = calls = LazyCalls(
+        functools.partial(_calls, step, live, task, null_resume, handlers, clock)
+    )
+    ctx.messages = messages
+    return ctx, resumes, calls, traced
 
 
 def _failed(

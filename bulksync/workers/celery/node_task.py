@@ -42,7 +42,13 @@ from bulksync.workers import wire
 from bulksync.workers.celery import claims
 from bulksync.workers.celery.claims import Held
 from bulksync.workers.celery.coordinator_saver import CoordinatorSaver
-from bulksync.workers.celery.delivery import SKIPPED, Delivery, first_claims, release_unused
+from bulksync.workers.celery.delivery import (
+    SKIPPED,
+    Delivery,
+    Todo,
+    first_claims,
+    release_unused,
+)
 from bulksync.workers.celery.recorder import Record, Recorder
 from bulksync.workers.celery.starts import StartCounter
 from bulksync.workers.celery.stopper import TaskStopper
@@ -58,6 +64,12 @@ IO_THREADS: Final = 32
 
 MESSAGE_HEADER: Final = "bulksync"
 """Header marking a message as a bulksync node-task message (its value: the graph id)."""
+
+_MessageRead = tuple[
+    RemoteStep, list[Any], list[Any], dict[str, Any], Sequence[wire.TaskDescriptor]
+]
+"""What ``_read_message`` found: the step, each task's input and result (None: none yet),
+the claims it took by slot, and the tasks it asked to claim."""
 
 
 class WorkerRuntime:
@@ -118,8 +130,43 @@ class WorkerRuntime:
         spec = self.registry.spec(graph_id, path)
         r = self.redis()
         descs = self.descriptors(step_key, descs)
-        keeper = self.claims()
         first, counted = first_claims(descs, spec, self.settings, timeout)
+        read = self._read_message(spec, step_key, run_id, descs, first, counted)
+        if read is None:
+            return 0  # the run was cancelled, or the step is over: nobody waits for results
+        step, fields, known, claimed, first = read
+
+        def sink(namespace: Sequence[str], mode: str, chunk: Any) -> None:
+            event = wire.EVENT + wire.dumps_event(namespace, mode, chunk)
+            r.rpush(keys.inbox(step_key), event)
+
+        live = step.live(sink, CoordinatorSaver(r, step_key))
+        todo, finished = [], []
+        for desc, data, result in zip(descs, fields, known, strict=True):
+            if result is None:
+                todo.append((desc, data))
+            else:
+                finished.append(Record(step_key, desc.slot, result))
+        self.recorder().write(finished)
+        is_async = bool(todo) and spec.nodes[todo[0][0].node].is_async
+        reserved = {d.slot for d in first[counted:]}  # (none when the read was retried)
+        name = task_name(graph_id, path, descs[0].node) if descs else ""
+        delivery = Delivery(self, step_key, run_id, timeout, step, live, claimed, reserved, name)
+        return _ran(delivery.run(todo, is_async), run_id, step, len(descs))
+
+    def _read_message(
+        self,
+        spec: GraphSpec,
+        step_key: str,
+        run_id: str,
+        descs: Sequence[wire.TaskDescriptor],
+        first: Sequence[wire.TaskDescriptor],
+        counted: int,
+    ) -> _MessageRead | None:
+        """Read a message's step, its tasks' inputs and results, and claim its ``first``
+        tasks, in one round trip; None when the run was cancelled or the step is over (the
+        claims taken are released)."""
+        r, keeper = self.redis(), self.claims()
 
         def read(claiming: Sequence[wire.TaskDescriptor]) -> list[Any]:
             pipe = r.pipeline(transaction=False)
@@ -147,38 +194,9 @@ class WorkerRuntime:
         claimed = {d.slot: reply for d, reply in zip(first, replies, strict=True)}
         if cancelled or fields[0] is None:
             release_unused(keeper, claimed)
-            return 0  # the run was cancelled, or the step is over: nobody waits for results
+            return None
         step = self._state(step_key, spec, fields[0])
-
-        def sink(namespace: Sequence[str], mode: str, chunk: Any) -> None:
-            event = wire.EVENT + wire.dumps_event(namespace, mode, chunk)
-            r.rpush(keys.inbox(step_key), event)
-
-        live = step.live(sink, CoordinatorSaver(r, step_key))
-        todo, finished = [], []
-        for desc, data, result in zip(descs, fields[1:], known, strict=True):
-            if result is None:
-                todo.append((desc, data))
-            else:
-                finished.append(Record(step_key, desc.slot, result))
-        self.recorder().write(finished)
-        is_async = bool(todo) and spec.nodes[todo[0][0].node].is_async
-        reserved = {d.slot for d in first[counted:]}  # (none when the read was retried)
-        name = task_name(graph_id, path, descs[0].node) if descs else ""
-        delivery = Delivery(self, step_key, run_id, timeout, step, live, claimed, reserved, name)
-        answers = delivery.run(todo, is_async)
-
-        ran = 0
-        failed: list[tuple[wire.TaskDescriptor, BaseException]] = []
-        for (desc, _), error in answers:
-            if error is SKIPPED:
-                continue
-            ran += 1
-            if error is not None and not isinstance(error, TaskCancelledError):
-                failed.append((desc, error))  # (a cancelled task was stopped on purpose)
-        if failed:  # every result is recorded: now Celery (and Flower) may see a FAILURE
-            raise _failure(run_id, _thread_of(step), len(descs), failed) from failed[0][1]
-        return ran
+        return step, fields[1:], known, claimed, first
 
     def run_joined(self, graph_id: str, path: Sequence[str], groups: list[Any]) -> int:
         """Run a message that joins the one-task messages of several steps (``outbox.py``);
@@ -342,6 +360,27 @@ def _node_groups(message: Any) -> list[list[Any]]:
         if len(group) != 4 or not isinstance(group[0], str) or not isinstance(group[3], list | str):
             raise ValueError("a step of the message is not [step key, run id, timeout, tasks]")
     return groups
+
+
+def _ran(
+    answers: Sequence[tuple[Todo, Any]],
+    run_id: str,
+    step: RemoteStep,
+    size: int,
+) -> int:
+    """How many of a message's tasks ran here (not skipped); raises, once every result is
+    recorded, when any failed, so that Celery (and Flower) see a FAILURE."""
+    ran = 0
+    failed: list[tuple[wire.TaskDescriptor, BaseException]] = []
+    for (desc, _), error in answers:
+        if error is SKIPPED:
+            continue
+        ran += 1
+        if error is not None and not isinstance(error, TaskCancelledError):
+            failed.append((desc, error))  # (a cancelled task was stopped on purpose)
+    if failed:
+        raise _failure(run_id, _thread_of(step), size, failed) from failed[0][1]
+    return ran
 
 
 def _thread_of(step: RemoteStep) -> str:
