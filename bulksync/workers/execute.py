@@ -293,8 +293,9 @@ def _prepare_attempt(
     handlers: list[Any],
     messages: MessageStream | None,
 ) -> tuple[TaskContext, list[Write], LazyCalls, TracedRun | None]:
-    """One attempt's context, with its callbacks, ``@task`` calls and message stream; the
-    resumes it sends, its calls and its traced run, to be closed when it ends."""
+    """One attempt's context (its callbacks, ``@task`` calls and message stream set), the
+    list its resume answers are sent to, its calls (joined when the attempt ends) and its
+    traced run (None without LangChain callbacks)."""
     resumes: list[Write] = []
     ctx = _attempt_context(step, live, task, resumes, null_resume, attempt, clock)
     callbacks, traced = _task_callbacks(ctx.config, task, _timed(handlers, clock))
