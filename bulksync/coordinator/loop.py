@@ -86,7 +86,6 @@ class _Gathering:
     """The run-wide resume answer the step's tasks share, until one reports it took it."""
     several: bool
     """More than one task: each result is streamed as it is recorded."""
-    handle: StepHandle | None = None
     failure: BaseException | None = None
     """The first error that stops the step."""
     paused: bool = False
@@ -261,7 +260,7 @@ class SuperstepLoop:
         # The step's tasks share one copy of the run-wide answer (a worker gets its own); the
         # run's answer is consumed when a task reports it took its copy (``_take``).
         step = _Gathering(answer=self.null_resume.peek(), several=len(todo) > 1)
-        step.handle = self._start_tasks(todo, step.answer, results.put)
+        self._start_tasks(todo, step.answer, results.put)
         deadline = clock.deadline(self.options.step_timeout)
         left = len(todo)
         while left:
@@ -270,7 +269,7 @@ class SuperstepLoop:
                 self.ledger.flush()  # the results' writes kept back are due
                 continue
             if not ready:
-                self._timed_out(step.handle)
+                self._timed_out()
             left -= len(ready)
             self._take(ready, step, last=not left)
         if step.failure is not None:
@@ -281,9 +280,9 @@ class SuperstepLoop:
 
     def _start_tasks(
         self, todo: list[Task], answer: Any, deliver: Callable[[TaskResult], None]
-    ) -> StepHandle | None:
-        """Submit ``todo``'s tasks to the executor and start its subgraph nodes' tasks, each
-        result to ``deliver``; the executor's handle (None: subgraph tasks only)."""
+    ) -> None:
+        """Submit ``todo``'s tasks to the executor (its handle kept as the step's) and start
+        its subgraph nodes' tasks, each result to ``deliver``."""
         plain = [t for t in todo if self.spec.nodes[t.name].subgraph is None]
         step_input = self._step_input()
         live = StepLive(
@@ -307,12 +306,11 @@ class SuperstepLoop:
         for task in todo:
             if self.spec.nodes[task.name].subgraph is not None:
                 start_subgraph_task(self.spec, self.executor, task, step_input, live, deliver)
-        return handle
 
-    def _timed_out(self, handle: StepHandle | None) -> NoReturn:
+    def _timed_out(self) -> NoReturn:
         """The step outran its ``step_timeout``: cancel its unfinished tasks and fail."""
-        if handle is not None:
-            handle.cancel()
+        if self._handle is not None:
+            self._handle.cancel()
         self.stream.flush()
         raise TimeoutError(
             f"A step of graph '{self.spec.name}' ran longer than its step_timeout "
@@ -338,8 +336,8 @@ class SuperstepLoop:
                     # An answer that failed its response_schema leaves the interrupt open;
                     # the other answered tasks finish (stopped after a side effect, they
                     # would redo it).
-                    if step.handle is not None and not is_invalid_resume(error):
-                        step.handle.cancel()
+                    if self._handle is not None and not is_invalid_resume(error):
+                        self._handle.cancel()
             if last and step.failure is None and not step.paused:
                 self.ledger.hold()  # the step is done: stored with its checkpoint
 
