@@ -325,6 +325,13 @@ class Settings:
         "other tasks run at once rather than one by one",
         unit="seconds",
     )
+    events_hold: float = setting(
+        0.1,
+        group="worker",
+        doc="how long a worker holds the task events it sends for Flower, to send those of "
+        "every task in that time as one message (Celery sends each at its loop's next turn)",
+        unit="seconds",
+    )
     full_gc_after: int = setting(
         100,
         group="worker",

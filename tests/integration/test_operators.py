@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from base64 import b64encode
+from base64 import b64decode, b64encode
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -134,6 +134,33 @@ class Fleet:
         return "".join(w.output() for w in self.workers)
 
 
+def start_worker(
+    directory: Path, module: Any, settings: Settings, env: dict[str, str], hostname: str
+) -> WorkerProcess:
+    """A prefork ``bulksync worker`` of ``module``'s graph, two processes, with ``env``."""
+    log = directory / f"{hostname.split('@')[0]}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                *bulksync_command(),
+                "worker",
+                "--graph",
+                f"{module.__name__}:graph",
+                "--pool",
+                "prefork",
+                "--concurrency",
+                "2",
+                "--hostname",
+                hostname,
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return WorkerProcess(proc, hostname, module, settings, log)
+
+
 @pytest.fixture(scope="module")
 def fleet(
     tmp_path_factory: pytest.TempPathFactory, settings: Settings, redis_url: str
@@ -149,6 +176,9 @@ def fleet(
         "BULKSYNC_QUEUE": queue,
         "BULKSYNC_BROKER_URL": settings.broker_url,
         "BULKSYNC_REDIS_URL": settings.redis_url,
+        # A task's events are held this long, to be sent together: far longer than the
+        # task, so that its events share a message on a slow machine too.
+        "BULKSYNC_EVENTS_HOLD": "1",
     }
     fleet_settings = dataclasses.replace(settings, queue=queue)
     workers: list[WorkerProcess] = []
@@ -156,27 +186,8 @@ def fleet(
     try:
         for i, log_format in enumerate(("text", "json")):
             hostname = f"w{i}-{queue}@localhost"
-            log = directory / f"worker{i}.log"
-            with log.open("wb") as out:
-                proc = subprocess.Popen(
-                    [
-                        *bulksync_command(),
-                        "worker",
-                        "--graph",
-                        f"{name}:graph",
-                        "--pool",
-                        "prefork",
-                        "--concurrency",
-                        "2",
-                        "--hostname",
-                        hostname,
-                    ],
-                    env={**env, "BULKSYNC_LOG_FORMAT": log_format},
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            workers.append(WorkerProcess(proc, hostname, module, fleet_settings, log))
+            env_i = {**env, "BULKSYNC_LOG_FORMAT": log_format}
+            workers.append(start_worker(directory, module, fleet_settings, env_i, hostname))
         for worker in workers:
             wait_ready(app, worker)
         with CeleryExecutor(fleet_settings, f"{name}:graph", module.graph, app=app) as executor:
@@ -305,6 +316,88 @@ def test_node_errors_are_celery_failures_recorded_first(fleet: Fleet) -> None:
     assert "node explode task" in fleet.output() or '"node": "explode"' in fleet.output()
     for line in fleet.workers[1].output().splitlines():
         json.loads(line)
+
+
+@contextlib.contextmanager
+def sent_by(settings: Settings, hostnames: set[str]) -> Iterator[list[list[dict[str, Any]]]]:
+    """The messages of task events the workers ``hostnames`` send while the block runs, as
+    they are published (the events of each), gathered on a thread."""
+    sent: list[list[dict[str, Any]]] = []
+    done = threading.Event()
+
+    def listen(listener: Any) -> None:
+        while not done.is_set():
+            got = listener.get_message(timeout=0.1)
+            if got is None or json.loads(got["data"])["headers"]["hostname"] not in hostnames:
+                continue
+            body = json.loads(b64decode(json.loads(got["data"])["body"]))
+            tasks = [e for e in (body if isinstance(body, list) else [body]) if "uuid" in e]
+            if tasks:
+                sent.append(tasks)
+
+    with (
+        redis.Redis.from_url(settings.broker_url) as broker,
+        broker.pubsub(ignore_subscribe_messages=True) as listener,
+    ):
+        listener.psubscribe("*celeryev*")
+        while listener.get_message(timeout=WAIT) is None and not listener.subscribed:
+            pass
+        thread = threading.Thread(target=listen, args=(listener,), daemon=True)
+        thread.start()
+        try:
+            yield sent
+        finally:
+            done.set()
+            thread.join(WAIT)
+
+
+def by_task(sent: list[list[dict[str, Any]]]) -> dict[str, list[tuple[int, str]]]:
+    """Each task's events (by message id): the index of the message it rode in, its type."""
+    tasks: dict[str, list[tuple[int, str]]] = {}
+    for i, message in enumerate(sent):
+        for event in message:
+            tasks.setdefault(event["uuid"], []).append((i, event["type"]))
+    return tasks
+
+
+def test_a_workers_task_events_are_sent_together(fleet: Fleet) -> None:
+    """A worker holds its task events (``BULKSYNC_EVENTS_HOLD``) and sends them as one
+    message: a task's received, started and succeeded events ride together (Celery would
+    send each at its loop's next turn, a message each)."""
+    with sent_by(fleet.settings, {w.hostname for w in fleet.workers}) as sent:
+        assert fleet.attached().invoke({"kind": "fine"})["value"] == 42  # __start__, fine
+        wait_until(lambda: str(sent).count("task-succeeded") == 2, "both tasks' events")
+    # Each task's three events ride in one message (its first: offsets 0).
+    together = [(0, "task-received"), (0, "task-started"), (0, "task-succeeded")]
+    tasks = by_task(sent).values()
+    assert [[(i - t[0][0], kind) for i, kind in t] for t in tasks] == [together] * 2, sent
+
+
+def test_a_stopping_worker_sends_the_task_events_it_holds(fleet: Fleet) -> None:
+    """A worker stopped (warm shutdown) while it holds task events sends them first, so
+    that Flower sees its last tasks end."""
+    queue = f"{fleet.settings.queue}-stopping"
+    settings = dataclasses.replace(fleet.settings, queue=queue)
+    env = {**fleet.env, "BULKSYNC_QUEUE": queue, "BULKSYNC_EVENTS_HOLD": "600"}
+    app = make_app(settings)
+    worker = start_worker(fleet.directory, fleet.module, settings, env, f"s-{queue}@localhost")
+    try:
+        wait_ready(app, worker)
+        with (
+            sent_by(settings, {worker.hostname}) as sent,
+            CeleryExecutor(settings, fleet.graph_id, fleet.module.graph, app=app) as executor,
+        ):
+            assert fleet.module.graph.with_executor(executor).invoke({"kind": "fine"})["value"]
+            time.sleep(0.5)
+            assert sent == []  # held for ten minutes
+            assert stop(worker) == 0
+            wait_until(lambda: sent, "the held events")
+        assert [[e["type"] for e in events] for events in sent] == [
+            ["task-received", "task-started", "task-succeeded"] * 2
+        ], by_task(sent)
+    finally:
+        stop(worker)
+        app.close()
 
 
 # -- item 14: the coordinator's lifecycle, in JSON ----------------------------------------

@@ -9,7 +9,8 @@ Settings chosen for correctness first:
 - **prefetch 1** per pool slot, so a long node never holds back messages another slot could
   take (small tasks are batched per message instead);
 - **task events on**, including "sent", so Flower shows queued tasks under their node names
-  (published by ``events.EventDispatcher``: on a Redis broker without kombu's per-event cost);
+  (published by ``events.EventDispatcher``: on a Redis broker without kombu's per-event cost;
+  a worker's held for ``events_hold`` seconds and sent together, ``BulkSyncConsumer``);
 - **no result backend**: results go to Redis keys the coordinator blocks on.
 """
 
@@ -53,6 +54,7 @@ def make_app(settings: Settings) -> Celery:
         broker_transport_options=broker_transport_options(settings),
         worker_consumer="bulksync.workers.celery.app:BulkSyncConsumer",
         worker_hijack_root_logger=False,
+        bulksync_events_hold=settings.events_hold,  # BulkSyncConsumer's
     )
     return app
 
@@ -88,12 +90,38 @@ class BulkSyncConsumer(Consumer):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._events_held = False  # a send of the held task events is scheduled
         # After a Redis broker restart, acking a message of the torn-down connection fails
         # inside kombu with an AttributeError (its connection info is gone), which Celery
         # would treat as fatal and exit. Counted as a connection error, it is logged and the
         # consumer reconnects; the message is restored after the visibility timeout, and its
         # task, whose result is recorded, is not run again.
         self.connection_errors = (*self.connection_errors, AttributeError)
+
+    def on_send_event_buffered(self) -> None:
+        """Send the task events held now, and those of the next ``events_hold`` seconds,
+        together then (the dispatcher sends at once when 24 are held).
+
+        Celery sends them at its loop's next turn: with short tasks, a message for each
+        event, a quarter of the CPU of a busy worker's main process. Called from any thread
+        (a thread pool's tasks send their own events): the timer is set on the loop's.
+        """
+        if not self.hub or self._events_held:
+            return
+        self._events_held = True
+        self.hub.call_soon(self._hold_events)
+
+    def _hold_events(self) -> None:
+        self.hub.call_later(self.app.conf.bulksync_events_hold, self._send_held_events)
+
+    def _send_held_events(self) -> None:
+        self._events_held = False  # first: an event held from now on schedules a send
+        self._flush_events()
+
+    def shutdown(self) -> None:
+        """Send the task events held, then shut down."""
+        self._flush_events()
+        super().shutdown()
 
     def on_connection_error_after_connected(self, exc: Exception) -> None:
         """Go on to reconnect even when closing the lost connection fails inside kombu.
