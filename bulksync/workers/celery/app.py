@@ -11,7 +11,9 @@ Settings chosen for correctness first:
 - **task events on**, including "sent", so Flower shows queued tasks under their node names
   (published by ``events.EventDispatcher``: on a Redis broker without kombu's per-event cost;
   a worker's held for ``events_hold`` seconds and sent together, ``BulkSyncConsumer``);
-- **no result backend**: results go to Redis keys the coordinator blocks on.
+- **no result backend**: results go to Redis keys the coordinator blocks on;
+- on a Redis broker, kombu's transport with one Redis client per connection pool rather than
+  one made per call (``transport.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def make_app(settings: Settings) -> Celery:
         broker=settings.broker_url,
         set_as_current=False,
         events="bulksync.workers.celery.events:Events",
+        amqp="bulksync.workers.celery.transport:AMQP",
     )
     app.conf.update(
         task_serializer="msgpack",

@@ -274,14 +274,16 @@ class DirectPublisher:
     def for_app(cls, app: Celery, settings: Settings) -> DirectPublisher | None:
         """A publisher for ``app``'s broker, or None when its bytes could differ from
         kombu's (see the module's docstring): then ``send_task`` publishes."""
-        from kombu.transport.redis import Transport
+        from kombu.transport import redis as kombu_redis
+
+        from bulksync.workers.celery import transport
 
         conf = app.conf
         if conf.task_protocol != 2 or conf.task_compression or conf.task_routes:
             return None
         conn = app.connection_for_write()
         try:
-            if type(conn.transport) is not Transport:
+            if type(conn.transport) not in (kombu_redis.Transport, transport.Transport):
                 return None
             options = conn.transport_options or {}
             if options.get("global_keyprefix") or "sep" in options:
