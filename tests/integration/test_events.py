@@ -19,7 +19,7 @@ import redis
 from bulksync.settings import Settings
 from bulksync.workers.celery.app import make_app
 from bulksync.workers.celery.events import EventDispatcher
-from tests.integration.test_publish import WAIT, events
+from tests.integration.test_publish import WAIT, events, listening
 
 pytestmark = pytest.mark.integration
 
@@ -37,13 +37,7 @@ def heard_both_ways(settings: Settings, send: Callable[[Any], None]) -> list[byt
     app = make_app(settings)
     assert issubclass(app.events.Dispatcher, EventDispatcher)
     hostname = f"test-events-{uuid.uuid4().hex[:8]}@here"
-    with (
-        redis.Redis.from_url(settings.redis_url) as r,
-        r.pubsub(ignore_subscribe_messages=True) as listener,
-    ):
-        listener.psubscribe("*celeryev*")
-        while listener.get_message(timeout=WAIT) is None and not listener.subscribed:
-            pass
+    with listening(settings.redis_url, "*celeryev*") as listener:
         with app.connection_for_write() as conn:
             for kind in (stock_dispatcher(app), app.events.Dispatcher):
                 with kind(conn, hostname=hostname, buffer_group={"task"}) as dispatcher:

@@ -19,7 +19,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from base64 import b64decode, b64encode
+from base64 import b64encode
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,9 +33,12 @@ from bulksync.service import events
 from bulksync.settings import Settings
 from bulksync.workers.celery.app import make_app
 from bulksync.workers.celery.executor import CeleryExecutor
+from tests.integration.test_publish import events as published_events
+from tests.integration.test_publish import listening
 from tests.integration.test_worker_process import (
     WorkerProcess,
     bulksync_command,
+    start_worker,
     stop,
     wait_ready,
     write_graph_module,
@@ -132,33 +135,6 @@ class Fleet:
 
     def output(self) -> str:
         return "".join(w.output() for w in self.workers)
-
-
-def start_worker(
-    directory: Path, module: Any, settings: Settings, env: dict[str, str], hostname: str
-) -> WorkerProcess:
-    """A prefork ``bulksync worker`` of ``module``'s graph, two processes, with ``env``."""
-    log = directory / f"{hostname.split('@')[0]}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                *bulksync_command(),
-                "worker",
-                "--graph",
-                f"{module.__name__}:graph",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                "2",
-                "--hostname",
-                hostname,
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    return WorkerProcess(proc, hostname, module, settings, log)
 
 
 @pytest.fixture(scope="module")
@@ -328,20 +304,14 @@ def sent_by(settings: Settings, hostnames: set[str]) -> Iterator[list[list[dict[
     def listen(listener: Any) -> None:
         while not done.is_set():
             got = listener.get_message(timeout=0.1)
-            if got is None or json.loads(got["data"])["headers"]["hostname"] not in hostnames:
+            if got is None:
                 continue
-            body = json.loads(b64decode(json.loads(got["data"])["body"]))
-            tasks = [e for e in (body if isinstance(body, list) else [body]) if "uuid" in e]
-            if tasks:
+            envelope, published = published_events(got["data"])
+            tasks = [e for e in published if "uuid" in e]
+            if envelope["headers"]["hostname"] in hostnames and tasks:
                 sent.append(tasks)
 
-    with (
-        redis.Redis.from_url(settings.broker_url) as broker,
-        broker.pubsub(ignore_subscribe_messages=True) as listener,
-    ):
-        listener.psubscribe("*celeryev*")
-        while listener.get_message(timeout=WAIT) is None and not listener.subscribed:
-            pass
+    with listening(settings.broker_url, "*celeryev*") as listener:
         thread = threading.Thread(target=listen, args=(listener,), daemon=True)
         thread.start()
         try:

@@ -8,6 +8,7 @@ field, less what is fresh on every publish (the delivery tag, event times and cl
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import time
@@ -71,6 +72,20 @@ def events(envelope: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return found, listed
 
 
+@contextlib.contextmanager
+def listening(redis_url: str, pattern: str) -> Iterator[Any]:
+    """A pubsub of the Redis at ``redis_url``, subscribed to the channels ``pattern`` (a glob)
+    matches by the time the block starts."""
+    with (
+        redis.Redis.from_url(redis_url) as r,
+        r.pubsub(ignore_subscribe_messages=True) as listener,
+    ):
+        listener.psubscribe(pattern)
+        while listener.get_message(timeout=WAIT) is None and not listener.subscribed:
+            pass
+        yield listener
+
+
 def published_both_ways(settings: Settings) -> tuple[list[bytes], list[bytes]]:
     """What each way left in Redis: the messages, then the events envelopes."""
     app = make_app(settings)
@@ -78,11 +93,8 @@ def published_both_ways(settings: Settings) -> tuple[list[bytes], list[bytes]]:
     assert direct is not None, "the test's broker is its Redis: the direct path applies"
     with (
         redis.Redis.from_url(settings.redis_url) as r,
-        r.pubsub(ignore_subscribe_messages=True) as listener,
+        listening(settings.redis_url, direct.events_topic) as listener,
     ):
-        listener.subscribe(direct.events_topic)
-        while listener.get_message(timeout=WAIT) is None and not listener.subscribed:
-            pass
         task_id = str(uuid.uuid4())
         send(app, [message(settings.queue, task_id)])
         pipe = r.pipeline(transaction=False)

@@ -115,6 +115,34 @@ def write_graph_module(directory: Path, source: str) -> str:
     return name
 
 
+def start_worker(
+    directory: Path,
+    module: Any,
+    settings: Settings,
+    env: dict[str, str],
+    hostname: str,
+    graphs: tuple[str, ...] = ("graph",),
+) -> WorkerProcess:
+    """A prefork ``bulksync worker`` of ``module``'s ``graphs``, two processes, with ``env``
+    (its own process group, so nothing leaks past the test); its log in ``directory``."""
+    log = directory / f"{hostname.split('@')[0]}.log"
+    loaded = [arg for graph in graphs for arg in ("--graph", f"{module.__name__}:{graph}")]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                *bulksync_command(),
+                "worker",
+                *loaded,
+                *("--pool", "prefork", "--concurrency", "2", "--hostname", hostname),
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return WorkerProcess(proc, hostname, module, settings, log)
+
+
 def wait_ready(app: Any, worker: WorkerProcess) -> None:
     """Block until the worker answers a ping; fail with its output if it exits or stays mute."""
     deadline = time.monotonic() + READY_WAIT
@@ -155,29 +183,8 @@ def worker(
         "BULKSYNC_BROKER_URL": settings.broker_url,
         "BULKSYNC_REDIS_URL": settings.redis_url,
     }
-    log = directory / "worker.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                *bulksync_command(),
-                "worker",
-                "--graph",
-                f"{name}:graph",
-                "--graph",
-                f"{name}:squares",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                "2",
-                "--hostname",
-                hostname,
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, so nothing leaks past the test
-        )
-    running = WorkerProcess(proc, hostname, module, dataclasses.replace(settings, queue=queue), log)
+    settings = dataclasses.replace(settings, queue=queue)
+    running = start_worker(directory, module, settings, env, hostname, ("graph", "squares"))
     try:
         wait_ready(make_app(running.settings), running)
         yield running
