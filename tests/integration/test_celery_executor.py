@@ -279,11 +279,13 @@ def test_under_durability_exit_results_stay_for_a_restart(
     cluster: Any, published: Published, redis_client: redis.Redis
 ) -> None:
     # A durability="exit" run stores nothing before its end: a restart runs it from its start
-    # and must find the results of the tasks that ran.
+    # and must find the results of the tasks that ran. (Their delivery counts go with each
+    # step's end: every task of a step that ended has a result.)
     graph = attach(cluster, squares_graph(5, checkpointer=InMemorySaver()), published)
     config = {"configurable": {"thread_id": uuid.uuid4().hex}}
     assert graph.invoke({"log": []}, config, durability="exit")["note"] == "5 squares"
-    kept = result_keys(published.tasks())
+    kept = [keys.result(t) for t in published.tasks()]
+    assert wait_gone(redis_client, *(keys.deliveries(t) for t in published.tasks()))
     published.messages.clear()
     published.descriptors.clear()
     # A run after it, whose results go: the gatherer has deleted what it was asked to.

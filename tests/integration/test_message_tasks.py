@@ -359,15 +359,16 @@ class ClaimCounting(PipelineWatching):
         self.counts: list[str] = []
 
     def sent(self, commands: list[Any]) -> None:
-        # The run's cancel flag, then three keys per task: claim, delivery count, result.
+        # The run's cancel flag, the step's hash, then three keys per task: claim, delivery
+        # count, result.
         claiming = [
             a for a in commands if str(a[0]).upper() == "EVAL" and a[1] == claims._CLAIM_LUA
         ]
-        slots = sum((int(a[2]) - 1) // 3 for a in claiming)
+        slots = sum((int(a[2]) - 2) // 3 for a in claiming)
         if slots:
             self.claimed.append(slots)
         for a in claiming:
-            self.counts += list(a[5 : 3 + int(a[2]) : 3])
+            self.counts += list(a[6 : 3 + int(a[2]) : 3])
 
 
 @pytest.fixture
@@ -532,7 +533,7 @@ def test_recording_a_result_drops_its_claim_in_the_same_script(
     slot, step_key = f"test-{uuid.uuid4().hex}", uuid.uuid4().hex
     r.hset(keys.step(step_key), "state", b"-")  # the step lives: the result is reported
     try:
-        assert keeper.claim(slot, "run") == 1
+        assert keeper.claim(slot, "run", step_key) == 1
         claim = keeper.hold(slot)
         assert r.get(keys.claim(slot)) == keeper.token.encode()
         assert runtime.record(step_key, slot, b"done", claim=claim)

@@ -87,7 +87,7 @@ def test_write_records_several_results_in_one_round_trip(
     first, second, known = slots = _slots(step, 3)
     try:
         r.set(keys.result(known), b"earlier")  # another delivery recorded it first
-        assert keeper.claim(first, "run") == 1
+        assert keeper.claim(first, "run", step) == 1
         claim = keeper.hold(first)
         recorder = Recorder(r, settings)
         r.trips = 0
@@ -192,12 +192,12 @@ def test_a_messages_claims_are_taken_in_one_round_trip(
         r.set(keys.claim(held), b"a live worker elsewhere:1:x")
         r.set(keys.result(known), b"done")
         r.trips = 0
-        assert keeper.claim_many(slots, run_id) == [1, claims.HELD, claims.KNOWN]
+        assert keeper.claim_many(slots, run_id, step) == [1, claims.HELD, claims.KNOWN]
         # The held one: one more look at its holder, which lives on another host.
         assert r.trips == 2
         assert r.get(keys.claim(fresh)) == keeper.token.encode()
         r.set(keys.cancel(run_id), b"1")
-        assert keeper.claim_many(_slots(step + "x", 2), run_id) == [claims.CANCELLED] * 2
+        assert keeper.claim_many(_slots(step + "x", 2), run_id, step) == [claims.CANCELLED] * 2
     finally:
         r.delete(keys.cancel(run_id))
         _cleanup(r, slots)
@@ -213,12 +213,14 @@ def test_one_script_claims_several_slots_each_with_its_own_verdict(
         r.set(keys.result(known), b"done")
         r.set(keys.deliveries(poisoned), settings.max_deliveries)
         r.trips = 0
-        found = keeper.claim_many(slots, "run")
+        found = keeper.claim_many(slots, "run", step)
         assert r.trips == 2  # the claims, then a look at the held claim's holder
         assert found == [1, claims.HELD, claims.KNOWN, claims.POISONED]
         assert r.get(keys.claim(fresh)) == keeper.token.encode()
-        assert r.get(keys.deliveries(poisoned)) is None  # its attempts start afresh
+        # Its count stays: every later copy of its message is refused too.
+        assert r.get(keys.deliveries(poisoned)) == str(settings.max_deliveries).encode()
         assert r.get(keys.claim(poisoned)) is None
+        assert keeper.claim(poisoned, "run", step) == claims.POISONED
         assert r.get(keys.claim(held)) == b"another worker"
     finally:
         _cleanup(r, slots)
@@ -234,14 +236,16 @@ def test_reserved_slots_are_claimed_without_counting_their_starts(
     try:
         r.set(keys.deliveries(poisoned), settings.max_deliveries)
         pipe = r.pipeline(transaction=False)
-        keeper.ask(pipe, slots[1:], "run", counted=0)  # reserved
+        keeper.ask(pipe, slots[1:], "run", step, counted=0)  # reserved
         replies = keeper.answers(pipe.execute())
         assert replies == [1] * (len(slots) - 2) + [claims.POISONED]  # (the first start each)
-        assert r.mget([keys.deliveries(s) for s in slots[1:]]) == [None] * (len(slots) - 1)
+        counts = r.mget([keys.deliveries(s) for s in slots[1:]])
+        assert counts == [None] * (len(slots) - 2) + [str(settings.max_deliveries).encode()]
         for slot in slots[1:-1]:
             r.delete(keys.claim(slot))
+        r.delete(keys.deliveries(poisoned))  # (its step's end: a retry starts afresh)
         pipe = r.pipeline(transaction=False)
-        keeper.ask(pipe, slots, "run", counted=counted)  # the first ones count, the rest not
+        keeper.ask(pipe, slots, "run", step, counted=counted)  # the first ones count, the rest not
         assert keeper.answers(pipe.execute()) == [1] * len(slots)
         counts = r.mget([keys.deliveries(s) for s in slots])
         assert counts == [b"1"] * counted + [None]
@@ -321,10 +325,26 @@ def test_claims_of_a_cancelled_run_are_all_refused(
     run_id = f"run-{uuid.uuid4().hex}"
     try:
         r.set(keys.cancel(run_id), 1)
-        assert keeper.claim_many(slots, run_id) == [claims.CANCELLED] * 3
+        assert keeper.claim_many(slots, run_id, step) == [claims.CANCELLED] * 3
         assert r.mget([keys.claim(s) for s in slots]) == [None] * 3
     finally:
         r.delete(keys.cancel(run_id))
+        _cleanup(r, slots)
+
+
+def test_claims_of_a_step_that_is_over_are_all_refused(
+    r: CountingRedis, step: str, settings: Settings
+) -> None:
+    # A copy of a message that comes after its step ended (a poison task's included) runs
+    # nothing and counts nothing: the step's end deleted the counts a retry starts from.
+    keeper = ClaimKeeper(r, settings)
+    slots = _slots(step, 3)
+    try:
+        r.delete(keys.step(step))
+        assert keeper.claim_many(slots, "run", step) == [claims.CANCELLED] * 3
+        assert r.mget([keys.claim(s) for s in slots]) == [None] * 3
+        assert r.mget([keys.deliveries(s) for s in slots]) == [None] * 3
+    finally:
         _cleanup(r, slots)
 
 
@@ -336,8 +356,9 @@ def test_many_claims_take_several_scripts_in_one_round_trip(
     try:
         r.trips = 0
         pipe = r.pipeline(transaction=False)
-        assert keeper.ask(pipe, slots, "run") == 2
-        assert keeper.verdicts(slots, "run", keeper.answers(pipe.execute())) == [1] * len(slots)
+        assert keeper.ask(pipe, slots, "run", step) == 2
+        found = keeper.verdicts(slots, "run", step, keeper.answers(pipe.execute()))
+        assert found == [1] * len(slots)
         assert r.trips == 1
     finally:
         _cleanup(r, slots)

@@ -1,17 +1,18 @@
 """Task claims: one live runner per task, kept alive by heartbeats, its loss noticed.
 
 A worker **claims** a task's slot before running it (``SET NX`` with a lease, in a script
-that also counts the delivery and checks the run's cancel flag and the slot's result; one
-script claims the tasks of a message it takes at once). A claim may also **reserve** the
-slot without counting: the tasks a delivery runs one by one are reserved together with the
-step's read and counted one by one as each starts (``starts.py``), so a task that kills its
-process counts against itself only, never against the tasks queued behind it. A
-heartbeat thread of its process renews the lease of every claim it holds while the tasks run
-— however long they run, so a long task is never taken for lost. A second delivery of a task
-whose claim is live acknowledges its message and leaves: its pool slot stays free for other
-work, and if the claim's holder dies the coordinator dispatches the task again (below), so
-nothing waits on the duplicate. A claim whose worker died expires with its lease; one held by
-a dead process of the same host (a pool process killed mid-task) is taken over at once.
+that also counts the delivery and checks the run's cancel flag, that the step is not over
+and the slot's result; one script claims the tasks of a message it takes at once). A claim
+may also **reserve** the slot without counting: the tasks a delivery runs one by one are
+reserved together with the step's read and counted one by one as each starts
+(``starts.py``), so a task that kills its process counts against itself only, never against
+the tasks queued behind it. A heartbeat thread of its process renews the lease of every
+claim it holds while the tasks run — however long they run, so a long task is never taken
+for lost. A second delivery of a task whose claim is live acknowledges its message and
+leaves: its pool slot stays free for other work, and if the claim's holder dies the
+coordinator dispatches the task again (below), so nothing waits on the duplicate. A claim
+whose worker died expires with its lease; one held by a dead process of the same host (a
+pool process killed mid-task) is taken over at once.
 
 The coordinator's side (:class:`ClaimWatch`, one per dispatched step) looks at the claims of
 its unfinished tasks every claim heartbeat (``Settings.claim_interval``):
@@ -52,31 +53,34 @@ HELD: Final = 0
 POISONED: Final = -1
 """``claim``: the task started ``max_deliveries`` times without finishing; fail it."""
 CANCELLED: Final = -2
-"""``claim``: the task's run was cancelled; run nothing more of it."""
+"""``claim``: the task's run was cancelled, or its step is over (its hash is gone: finished,
+or lost with Redis, and then dispatched again); run nothing more of it."""
 KNOWN: Final = -3
 """``claim``: the task already has a result; report it, run nothing."""
 
-# Claims several slots. KEYS: the run's cancel flag, then per slot: claim, deliveries, result.
-# ARGV: token, lease ms, max deliveries, count TTL, how many of the first slots to count as
-# started (the others are reserved: each start is counted as it starts). Returns, per slot,
-# the delivery number (> 0) when claimed, else one of the verdicts above. A poisoned slot's
-# count is reset: a retry of the run gets its attempts afresh.
+# Claims several slots. KEYS: the run's cancel flag, the step's hash, then per slot: claim,
+# deliveries, result. ARGV: token, lease ms, max deliveries, count TTL, how many of the first
+# slots to count as started (the others are reserved: each start is counted as it starts).
+# Returns, per slot, the delivery number (> 0) when claimed, else one of the verdicts above.
+# A poisoned slot keeps its count, so every later copy of its message is refused too; the
+# step's end deletes the counts (``CeleryStep.drop_keys``), after its hash, so a retry of the
+# run gets its attempts afresh and a copy that comes between finds the step over.
 _CLAIM_LUA: Final = """
-local cancelled = redis.call('EXISTS', KEYS[1]) == 1
+local over = redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 0
 local found = {}
-for i = 2, #KEYS, 3 do
+for i = 3, #KEYS, 3 do
   local claim, count, result = KEYS[i], KEYS[i + 1], KEYS[i + 2]
   local verdict
-  if cancelled then
+  if over then
     verdict = -2
   elseif redis.call('EXISTS', result) == 1 then
     verdict = -3
   elseif not redis.call('SET', claim, ARGV[1], 'NX', 'PX', ARGV[2]) then
     verdict = 0
   elseif tonumber(redis.call('GET', count) or '0') >= tonumber(ARGV[3]) then
-    redis.call('DEL', claim, count)
+    redis.call('DEL', claim)
     verdict = -1
-  elseif (i + 1) / 3 <= tonumber(ARGV[5]) then
+  elseif i / 3 <= tonumber(ARGV[5]) then
     verdict = redis.call('INCR', count)
     redis.call('EXPIRE', count, ARGV[4])
   else
@@ -127,25 +131,32 @@ class ClaimKeeper:
         self._lock = threading.Lock()
         self._beating = False
 
-    def claim(self, slot: str, run_id: str) -> int:
-        """Claim ``slot`` for this process: the delivery number (> 0), or a verdict."""
-        return self.claim_many([slot], run_id)[0]
+    def claim(self, slot: str, run_id: str, step_key: str) -> int:
+        """Claim ``slot`` (a task of step ``step_key`` of run ``run_id``) for this process:
+        the delivery number (> 0), or a verdict."""
+        return self.claim_many([slot], run_id, step_key)[0]
 
-    def claim_many(self, slots: Sequence[str], run_id: str) -> list[int]:
-        """:meth:`claim` each of ``slots`` (tasks of run ``run_id``), in one round trip."""
-        return self.verdicts(slots, run_id, self._replies(slots, run_id))
+    def claim_many(self, slots: Sequence[str], run_id: str, step_key: str) -> list[int]:
+        """:meth:`claim` each of ``slots``, in one round trip."""
+        return self.verdicts(slots, run_id, step_key, self._replies(slots, run_id, step_key))
 
     def _replies(
-        self, slots: Sequence[str], run_id: str, *, counted: int | None = None
+        self, slots: Sequence[str], run_id: str, step_key: str, *, counted: int | None = None
     ) -> list[Any]:
         if not slots:
             return []
         pipe = self.redis.pipeline(transaction=False)
-        self.ask(pipe, slots, run_id, counted=counted)
+        self.ask(pipe, slots, run_id, step_key, counted=counted)
         return self.answers(pipe.execute())
 
     def ask(
-        self, pipe: Any, slots: Sequence[str], run_id: str, *, counted: int | None = None
+        self,
+        pipe: Any,
+        slots: Sequence[str],
+        run_id: str,
+        step_key: str,
+        *,
+        counted: int | None = None,
     ) -> int:
         """Queue on ``pipe`` the claims of ``slots``, the first ``counted`` (default: all)
         counted as started, the others reserved (each counted as it starts, ``starts.py``);
@@ -153,7 +164,7 @@ class ClaimKeeper:
         counted = len(slots) if counted is None else counted
         lease_ms = max(1, int(self.settings.claim_lease * 1000))
         for start in range(0, len(slots), CLAIMS_PER_SCRIPT):
-            names = [keys.cancel(run_id)]
+            names = [keys.cancel(run_id), keys.step(step_key)]
             for slot in slots[start : start + CLAIMS_PER_SCRIPT]:
                 names += [keys.claim(slot), keys.deliveries(slot), keys.result(slot)]
             pipe.eval(
@@ -177,6 +188,7 @@ class ClaimKeeper:
         self,
         slots: Sequence[str],
         run_id: str,
+        step_key: str,
         replies: Sequence[Any],
         *,
         reserved: Collection[str] = (),
@@ -192,7 +204,7 @@ class ClaimKeeper:
         for i, slot in enumerate(slots):
             if found[i] == HELD and self._drop_dead(slot):  # claimed again, once
                 counted = 0 if slot in reserved else 1
-                found[i] = int(self._replies([slot], run_id, counted=counted)[0])
+                found[i] = int(self._replies([slot], run_id, step_key, counted=counted)[0])
         return found
 
     def _drop_dead(self, slot: str) -> bool:
@@ -357,9 +369,3 @@ class ClaimWatch:
             self._published[task_id] = now
             self._starts[task_id] = started[task_id]
         return Survey(republish, lost, poisoned, queued, running)
-
-
-def forget(client: redis.Redis, slots: Iterable[str]) -> Any:
-    """Reset the delivery counts of ``slots`` (a failed poison task: a retry starts afresh)."""
-    names = [keys.deliveries(s) for s in slots]
-    return client.delete(*names) if names else 0

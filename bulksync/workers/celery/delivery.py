@@ -67,7 +67,8 @@ WAITING: Final = 0.25
 or tool call): the other tasks of its message run at once."""
 
 CANCELLED: Final = object()
-"""A task its run's cancel kept from starting (the rest of its message is not run)."""
+"""A task its run's cancel, or its step's end, kept from starting (the rest of its message is
+not run)."""
 SKIPPED: Final = object()
 """A task this delivery may not run (another runs it, or it has a result): not counted."""
 
@@ -180,21 +181,22 @@ class Delivery:
         if after:
             pipe = self.runtime.redis().pipeline(transaction=False)
             recording = self.recorder.queue(pipe, after)
-            self.keeper.ask(pipe, slots, self.run_id)
+            self.keeper.ask(pipe, slots, self.run_id, self.step_key)
             try:
                 replies = pipe.execute()
             except redis.RedisError:
                 self.recorder.write(after)  # through an outage; the claims fail
                 raise
             self.recorder.written(after, replies[:recording])
-            found = self.keeper.verdicts(
-                slots, self.run_id, self.keeper.answers(replies[recording:])
-            )
+            asked = self.keeper.answers(replies[recording:])
+            found = self.keeper.verdicts(slots, self.run_id, self.step_key, asked)
         elif all(slot in self._claimed for slot in slots):  # asked with the step's read
             replies = [self._claimed.pop(slot) for slot in slots]
-            found = self.keeper.verdicts(slots, self.run_id, replies, reserved=self._reserved)
+            found = self.keeper.verdicts(
+                slots, self.run_id, self.step_key, replies, reserved=self._reserved
+            )
         else:
-            found = self.keeper.claim_many(slots, self.run_id)
+            found = self.keeper.claim_many(slots, self.run_id, self.step_key)
         answers: list[Any] = []
         for desc, claimed in zip(descs, found, strict=True):
             if claimed == claims.CANCELLED:

@@ -176,7 +176,7 @@ class WorkerRuntime:
                 [keys.STATE_FIELD, *(keys.task_input_field(d.id) for d in descs)],
             )
             pipe.mget([keys.result(d.slot) for d in descs])
-            keeper.ask(pipe, [d.slot for d in claiming], run_id, counted=counted)
+            keeper.ask(pipe, [d.slot for d in claiming], run_id, step_key, counted=counted)
             return pipe.execute()
 
         # The first claims ride along, once: retried, a claim whose reply was lost would come

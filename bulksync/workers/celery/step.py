@@ -34,8 +34,9 @@ from bulksync.retry import is_transient_redis, retry
 from bulksync.workers import wire
 from bulksync.workers.callback_relay import CALLBACK_EVENTS, replay
 from bulksync.workers.cancel_scope import STOP_WAIT
-from bulksync.workers.celery.claims import ClaimWatch, Survey, forget
+from bulksync.workers.celery.claims import ClaimWatch, Survey
 from bulksync.workers.celery.coordinator_saver import serve
+from bulksync.workers.celery.gatherer import FORGET_BATCH
 from bulksync.workers.celery.outbox import Outbox
 from bulksync.workers.celery.progress import progress_chunk, waiting_queues, warn_waiting
 from bulksync.workers.celery.publish import (
@@ -336,17 +337,22 @@ class CeleryStep:
 
     def forget(self) -> None:
         """The step's results are stored for good (its checkpoint is committed): a restarted
-        coordinator will never dispatch it again, so its tasks' results and delivery counts
-        are deleted (by the gatherer) rather than kept for ``result_ttl``."""
-        names = [n for s in self.slots.values() for n in (keys.result(s), keys.deliveries(s))]
-        if names:
-            self.ex.gatherer.forget(names)
+        coordinator will never dispatch it again, so its tasks' results are deleted (by the
+        gatherer) rather than kept for ``result_ttl``."""
+        if self.slots:
+            self.ex.gatherer.forget([keys.result(s) for s in self.slots.values()])
 
     def drop_keys(self, pipe: Any) -> None:
-        """Queue the deletion of the finished step's keys."""
+        """Queue the deletion of the finished step's keys: its hash first, then its tasks'
+        delivery counts. A copy of a message claimed after that finds the step over
+        (``claims.py``), so a poison task runs no more, and a retry of the run, which
+        dispatches the step again under the same slots, counts its attempts afresh."""
         pipe.delete(keys.step(self.key), self.inbox)
         if self.run_id:
             pipe.srem(keys.run_inboxes(self.run_id), self.inbox)
+        counts = [keys.deliveries(s) for s in self.slots.values()]
+        for i in range(0, len(counts), FORGET_BATCH):
+            pipe.unlink(*counts[i : i + FORGET_BATCH])
 
     def _recover(self) -> None:
         """The step's keys are gone (Redis restarted or lost them): dispatch it again.
@@ -376,7 +382,6 @@ class CeleryStep:
         for task_id, attempts in found.poisoned.items():
             error = WorkerLostError(self.tasks[task_id].name, task_id, attempts)
             log.error("step %s: %s", self.key, error)
-            forget(r, [self.slots[task_id]])
             self._deliver(TaskResult(task_id, error=error))
         if found.lost:
             log.warning(
