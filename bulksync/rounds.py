@@ -25,21 +25,27 @@ E = TypeVar("E")
 
 
 class _Slot(Generic[E]):
-    __slots__ = ("entry", "done")
+    __slots__ = ("entry", "done", "woken")
 
     def __init__(self, entry: E) -> None:
         self.entry = entry
         self.done = False
+        self.woken: threading.Condition | None = None  # made once its caller has to wait
 
 
 class Rounds(Generic[E]):
-    """Sends the entries of concurrent callers in shared rounds (module docstring)."""
+    """Sends the entries of concurrent callers in shared rounds (module docstring).
+
+    A round's end wakes only the callers it settled, and the longest waiting of the others
+    (to send the next round): not every waiting thread, which under load would each take
+    the GIL to find it must wait on.
+    """
 
     def __init__(self, most: int | None = None) -> None:
         if most is not None and most < 1:
             raise ValueError(f"Rounds(most={most}): a round holds at least one entry")
         self._most = most
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._waiting: list[_Slot[E]] = []
         self._busy = False
 
@@ -57,10 +63,12 @@ class Rounds(Generic[E]):
         """Return once a round holding ``entry`` was sent: by another caller, or by this one
         (``send`` called with the entries that waited longest, this one among them)."""
         slot = _Slot(entry)
-        with self._cond:
+        with self._lock:
             self._waiting.append(slot)
             while self._busy and not slot.done:
-                self._cond.wait()
+                if slot.woken is None:
+                    slot.woken = threading.Condition(self._lock)
+                slot.woken.wait()
             if slot.done:
                 return
             self._busy = True
@@ -74,8 +82,12 @@ class Rounds(Generic[E]):
         try:
             send([s.entry for s in batch])
         finally:
-            with self._cond:
+            with self._lock:
                 for s in batch:
                     s.done = True
+                    if s.woken is not None:
+                        s.woken.notify()
                 self._busy = False
-                self._cond.notify_all()
+                # Every slot still waiting has its caller asleep on its own condition.
+                if self._waiting and self._waiting[0].woken is not None:
+                    self._waiting[0].woken.notify()

@@ -135,3 +135,29 @@ def test_a_failing_round_raises_for_its_sender_only() -> None:
 def test_a_round_holds_at_least_one_entry() -> None:
     with pytest.raises(ValueError, match="at least one entry"):
         Rounds(most=0)
+
+
+@pytest.mark.parametrize("most", [None, 1, 3])
+def test_many_callers_each_sent_once_none_left_asleep(most: int | None) -> None:
+    # A round's end wakes its own callers and the longest waiting other (the next sender)
+    # only: a wake-up lost there would leave a caller asleep, and this join time out.
+    rounds: Rounds[tuple[int, int]] = Rounds(most=most)
+    sent: list[tuple[int, int]] = []
+
+    def send(batch: list[tuple[int, int]]) -> None:
+        assert most is None or len(batch) <= most
+        sent.extend(batch)
+        time.sleep(0.0005)  # on the wire: the others pile up behind it
+
+    def caller(i: int) -> None:
+        for j in range(20):
+            rounds.join((i, j), send)
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+        assert not thread.is_alive(), "a caller was left waiting"
+    assert sorted(sent) == [(i, j) for i in range(16) for j in range(20)]
+    assert rounds.waiting == 0 and not rounds.busy
