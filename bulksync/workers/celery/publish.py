@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 import logging
 import math
 import os
@@ -268,7 +269,14 @@ class DirectPublisher:
     def __init__(self, app: Celery, events_topic: str) -> None:
         self.app = app
         self.events_topic = events_topic
-        self.delivery_mode = maybe_delivery_mode(app.conf.task_default_delivery_mode)
+        # Read once, as the events topic is: a lookup in Celery's settings costs a message
+        # more than its own encoding does.
+        conf = app.conf
+        self.delivery_mode = maybe_delivery_mode(conf.task_default_delivery_mode)
+        self._sent_event = bool(conf.task_send_sent_event)
+        self._serializer = conf.task_serializer
+        self._event_serializer = conf.event_serializer
+        self._event_exchange = conf.event_exchange
 
     @classmethod
     def for_app(cls, app: Celery, settings: Settings) -> DirectPublisher | None:
@@ -316,7 +324,6 @@ class DirectPublisher:
     def queue(self, pipe: Any, messages: Sequence[Outgoing]) -> None:
         """Queue on ``pipe`` each of ``messages`` and, as one more command, their
         ``task-sent`` events (when the app sends them)."""
-        conf = self.app.conf
         root_id = parent_id = None
         parent = self.app.current_worker_task  # as send_task links a task's children
         if parent is not None:
@@ -331,7 +338,7 @@ class DirectPublisher:
                 {},
                 reply_to=self.app.thread_oid,
                 time_limit=m.time_limit,
-                create_sent_event=conf.task_send_sent_event,
+                create_sent_event=self._sent_event,
                 root_id=root_id,
                 parent_id=parent_id,
                 ignore_result=None,
@@ -343,7 +350,7 @@ class DirectPublisher:
             properties.update(argsrepr=m.argsrepr, kwargsrepr="{}")
             properties["delivery_mode"] = self.delivery_mode
             route = {"exchange": "", "routing_key": m.queue}
-            content_type, encoding, data = dumps(body, serializer=conf.task_serializer)
+            content_type, encoding, data = dumps(body, serializer=self._serializer)
             pipe.lpush(m.queue, envelope(data, content_type, encoding, headers, properties, route))
             if sent is not None:
                 sent.update(queue=m.queue, exchange="", routing_key=m.queue)
@@ -354,7 +361,8 @@ class DirectPublisher:
     def _queue_events(self, pipe: Any, sent: list[dict[str, Any]]) -> None:
         """The ``task-sent`` events as one list message, as Celery's dispatcher sends its
         buffered events (any event receiver, Flower's among them, takes both)."""
-        hostname, pid, offset = anon_nodename(), os.getpid(), utcoffset()
+        pid = os.getpid()
+        hostname, offset = _sender_name(pid), utcoffset()
         clock = self.app.clock
         events = [
             Event(
@@ -367,11 +375,18 @@ class DirectPublisher:
             )
             for f in sent
         ]
-        content_type, encoding, data = dumps(events, serializer=self.app.conf.event_serializer)
-        route = {"exchange": self.app.conf.event_exchange, "routing_key": EVENTS_ROUTING_KEY}
+        content_type, encoding, data = dumps(events, serializer=self._event_serializer)
+        route = {"exchange": self._event_exchange, "routing_key": EVENTS_ROUTING_KEY}
         properties = {"delivery_mode": 1}  # events are transient
         message = envelope(data, content_type, encoding, {"hostname": hostname}, properties, route)
         pipe.publish(self.events_topic, message)
+
+
+@functools.lru_cache(maxsize=4)
+def _sender_name(pid: int) -> str:
+    """Celery's name for a process that sends events without being a worker (``gen<pid>@host``),
+    made once per process (``pid``: a forked child makes its own)."""
+    return str(anon_nodename())
 
 
 def envelope(
