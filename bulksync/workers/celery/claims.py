@@ -63,8 +63,9 @@ KNOWN: Final = -3
 # slots to count as started (the others are reserved: each start is counted as it starts).
 # Returns, per slot, the delivery number (> 0) when claimed, else one of the verdicts above.
 # A poisoned slot keeps its count, so every later copy of its message is refused too; the
-# step's end deletes the counts (``CeleryStep.drop_keys``), after its hash, so a retry of the
-# run gets its attempts afresh and a copy that comes between finds the step over.
+# step's end (its stop, on a failure) deletes the counts after its hash
+# (``CeleryStep._queue_over``), so a retry of the run gets its attempts afresh and a copy
+# that comes between finds the step over.
 _CLAIM_LUA: Final = """
 local over = redis.call('EXISTS', KEYS[1]) == 1 or redis.call('EXISTS', KEYS[2]) == 0
 local found = {}

@@ -343,13 +343,24 @@ class CeleryStep:
             self.ex.gatherer.forget([keys.result(s) for s in self.slots.values()])
 
     def drop_keys(self, pipe: Any) -> None:
-        """Queue the deletion of the finished step's keys: its hash first, then its tasks'
-        delivery counts. A copy of a message claimed after that finds the step over
-        (``claims.py``), so a poison task runs no more, and a retry of the run, which
-        dispatches the step again under the same slots, counts its attempts afresh."""
-        pipe.delete(keys.step(self.key), self.inbox)
+        """Queue the deletion of the finished step's keys. A stopped step's hash and delivery
+        counts went when it stopped: by now a retry of its run may count its own starts
+        under the same slots."""
+        with self._lock:
+            stopped = self._stopped
+        if not stopped:
+            self._queue_over(pipe)
+        pipe.delete(self.inbox)
         if self.run_id:
             pipe.srem(keys.run_inboxes(self.run_id), self.inbox)
+
+    def _queue_over(self, pipe: Any) -> None:
+        """Queue the deletion of the step's hash, then of its tasks' delivery counts. A copy
+        of a message claimed after that finds the step over (``claims.py``), so a poison task
+        runs no more, and a retry of the run, which dispatches the step again under the same
+        slots, counts its attempts afresh. (A step that ends with every result has no retry
+        under its slots: its tasks' results answer one.)"""
+        pipe.delete(keys.step(self.key))
         counts = [keys.deliveries(s) for s in self.slots.values()]
         for i in range(0, len(counts), FORGET_BATCH):
             pipe.unlink(*counts[i : i + FORGET_BATCH])
@@ -524,21 +535,26 @@ class CeleryStep:
         self._await_stopped([t for t in self.cancelled if nodes[self.tasks[t].name].is_async])
 
     def _stop(self) -> None:
-        """Revoke the unfinished tasks and deliver them as cancelled (once)."""
+        """Revoke the unfinished tasks and deliver them as cancelled (once). The step is over
+        from now: its hash and delivery counts go first, before the loop can hear of the stop,
+        so a run retried at once (after a poison task failed it) counts its attempts afresh."""
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
             left = self.cancelled = sorted(self.pending)
         self._revoke(left, terminate=True)
-        for task_id in left:
-            self._deliver(TaskResult(task_id, error=TaskCancelledError(task_id)))
         wake = self.ex.redis.pipeline(transaction=False)
+        self._queue_over(wake)
         # Workers stop the step's tasks already running (``stopper.py``).
         wake.set(keys.step_cancel(self.key), 1, ex=self.ex.settings.step_ttl)
         wake.rpush(keys.inbox(self.key), wire.CANCEL)  # wake the gatherer
         wake.expire(keys.inbox(self.key), self.ex.settings.step_ttl)
-        wake.execute()
+        try:
+            wake.execute()
+        finally:  # whatever Redis says, the loop hears of every task
+            for task_id in left:
+                self._deliver(TaskResult(task_id, error=TaskCancelledError(task_id)))
 
     def _await_stopped(self, task_ids: Sequence[str]) -> None:
         """Wait until no worker holds the claim of any of ``task_ids`` (``STOP_WAIT`` at
