@@ -430,10 +430,10 @@ def test_a_poison_task_sharing_a_message_fails_the_run_after_max_deliveries(
 def test_a_poison_task_retried_at_once_from_its_checkpoint_gets_its_deliveries_afresh(
     fleet: Fleet,
 ) -> None:
-    # The failed step's end deletes its delivery counts before the run raises: resumed at
-    # once from its checkpoint on the same executor, the run dispatches the step again under
-    # the same slots, and the poison task starts three more times (not at once refused). The
-    # tasks that finished are not run again.
+    # The failed step deletes its delivery counts when it stops, before the run raises:
+    # resumed at once from its checkpoint on the same executor, the run dispatches the step
+    # again under the same slots, and the poison task starts three more times (not at once
+    # refused). The tasks that finished are not run again.
     fleet.start(2, "exit")
     graph = fleet.module.builder.compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": f"poison-{uuid.uuid4().hex}"}}
