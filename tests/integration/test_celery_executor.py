@@ -257,7 +257,7 @@ def wait_gone(client: redis.Redis, *names: str) -> bool:
 
 
 def result_keys(task_ids: list[str]) -> list[str]:
-    """The keys a task's run leaves for a restarted coordinator: result, delivery count."""
+    """The keys a task's run leaves in Redis: its result and its delivery count."""
     return [k for t in task_ids for k in (keys.result(t), keys.deliveries(t))]
 
 
