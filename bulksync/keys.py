@@ -8,8 +8,10 @@
                                                   ``in:<task id>``: a task's input;   (TTL guard)
                                                   ``batch:<message id>``: the task
                                                   descriptors of a batched message
-    bulksync:inbox:<step key>             list    what workers report, in order:      until the
-                                                  results and custom stream events    step ends
+    bulksync:inbox:<gatherer id>          list    what workers report for the steps   step_ttl
+                                                  one gatherer gathers, in order,     after a
+                                                  each entry addressed to its step:   result, or
+                                                  results, custom stream events, …    taken
     bulksync:result:<slot>                string  a task's first result (first wins)  until its
                                                                                       step's
                                                                                       checkpoint
@@ -22,24 +24,26 @@
                                                   the task                            (*)
     bulksync:cancel:<run id>              string  present once a run is cancelled     run_ttl
     bulksync:cancel-step:<step key>       string  present once a step is cancelled    step_ttl
-    bulksync:inboxes:<run id>             set     inbox keys of the run's live steps  run_ttl
+    bulksync:steps:<run id>               set     the step keys of the run's live     run_ttl
+                                                  steps
     bulksync:events:<run id>              stream  a detached run's stream events      run_ttl
     bulksync:wake                         list    "a run was submitted" signals       trimmed
     bulksync:served:<graph id>            zset    coordinators serving the graph,     members
                                                   scored by when their claim lapses   lapse
-    bulksync:gatherer:<gatherer id>       list    "a step joined" signals that wake   step_ttl
-                                                  an executor's gatherer from BLPOP
 
 (*) Or, in a root graph without a saver, until the step is applied. A step that a restart may
 dispatch again keeps them for ``result_ttl``: under ``durability="exit"``, in a subgraph that
 stores no checkpoints, a step that stopped (failed, paused, cancelled) or a coordinator that
 died.
 
-A *step key* is a random id per dispatched step, so a step dispatched again after a
-coordinator crash never mixes with the old one. Task ids are unique across runs (they hash
-the checkpoint id), so a result *slot* is the task id — plus a digest of the resume answers
-the task runs with, when it has any: a task that paused on an interrupt runs again, under a
-new slot, once it is resumed. Results survive a coordinator crash.
+A *step key* is ``<gatherer id>.<random id>``, one per dispatched step, so a step dispatched
+again after a coordinator crash never mixes with the old one, and a worker knows from it
+alone where to report: the inbox of the gatherer that waits for the step (``inbox``); each
+entry there starts with the step key it is for (``wire.addressed``). Task ids are unique
+across runs (they hash the checkpoint id), so a result *slot* is the task id — plus a digest
+of the resume answers the task runs with, when it has any: a task that paused on an
+interrupt runs again, under a new slot, once it is resumed. Results survive a coordinator
+crash.
 
 A worker claims a slot before running it (``claim``: one live runner per task, its lease
 renewed by a heartbeat while the task runs) and counts its start (``deliveries``); a claim
@@ -82,8 +86,10 @@ def batch_field(message_id: str) -> str:
 
 
 def inbox(step_key: str) -> str:
-    """The list workers push a step's results and custom events to."""
-    return f"{PREFIX}:inbox:{step_key}"
+    """The list workers push a step's results and custom events to: that of the gatherer
+    waiting for the step, named by the step key's part before its first ``.``. One list for
+    all of a gatherer's steps: it blocks on one key however many steps are in flight."""
+    return f"{PREFIX}:inbox:{step_key.partition('.')[0]}"
 
 
 def reply(request_id: str) -> str:
@@ -117,16 +123,11 @@ def step_cancel(step_key: str) -> str:
     return f"{PREFIX}:cancel-step:{step_key}"
 
 
-def run_inboxes(run_id: str) -> str:
-    """The inboxes a cancel request must wake."""
-    return f"{PREFIX}:inboxes:{run_id}"
+def run_steps(run_id: str) -> str:
+    """The live steps of a run, whose gatherers a cancel request must wake."""
+    return f"{PREFIX}:steps:{run_id}"
 
 
 def events(run_id: str) -> str:
     """The stream a detached run's events go to (read with XREAD, resumable by id)."""
     return f"{PREFIX}:events:{run_id}"
-
-
-def gatherer_wake(gatherer_id: str) -> str:
-    """The list an executor's gatherer blocks on beside its inboxes, to learn of new steps."""
-    return f"{PREFIX}:gatherer:{gatherer_id}"

@@ -135,7 +135,7 @@ class Settings:
     run_ttl: int = setting(
         7 * DAY,
         group="cluster",
-        doc="how long a run's stream, cancel flag and inbox set outlive its last write",
+        doc="how long a run's stream, cancel flag and set of live steps outlive its last write",
         unit="seconds",
     )
     claim_lease: float = setting(
@@ -279,7 +279,7 @@ class Settings:
     drain_size: int = setting(
         1000,
         group="coordinator",
-        doc="most reports read from a step's inbox in one Redis call",
+        doc="most reports read from an executor's inbox in one Redis call",
         unit="reports",
     )
     reconnect_wait: float = setting(

@@ -1,8 +1,8 @@
 """Cancelling a run on the cluster, from any process that reaches its Redis.
 
 A cancel marker tells workers to skip the run's tasks that have not started; a ``CANCEL``
-entry in each live step's inbox wakes that step's gatherer, which revokes and delivers the
-unfinished tasks as cancelled. Neither needs Celery, so a client can cancel without it.
+entry for each live step, in its gatherer's inbox, wakes that gatherer, which revokes and
+delivers the unfinished tasks as cancelled. Neither needs Celery, so a client can cancel without it.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ def cancel_run(client: redis.Redis, run_id: str, settings: Settings) -> None:
     """
     pipe = client.pipeline(transaction=False)
     pipe.set(keys.cancel(run_id), b"1", ex=settings.run_ttl)
-    pipe.smembers(keys.run_inboxes(run_id))
-    inboxes = pipe.execute()[1]
-    if inboxes:
+    pipe.smembers(keys.run_steps(run_id))
+    steps = pipe.execute()[1]
+    if steps:
         pipe = client.pipeline(transaction=False)
-        for inbox in inboxes:
-            pipe.rpush(inbox, wire.CANCEL)
-            pipe.expire(inbox, settings.step_ttl)
+        for step in sorted(s.decode() for s in steps):
+            pipe.rpush(keys.inbox(step), wire.addressed(step, wire.CANCEL))
+            pipe.expire(keys.inbox(step), settings.step_ttl)
         pipe.execute()

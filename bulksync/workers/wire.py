@@ -64,9 +64,23 @@ STARTED = b"s"
 CANCEL = b"c"
 SAVE = b"w"
 QUERY = b"q"
-"""First byte of an inbox entry: a task result, a custom stream event, a task a worker
-started (sent for nodes with a timeout), a cancel request, or a checkpoint write or read of
-a graph a task invoked (``celery/coordinator_saver.py``)."""
+"""First byte of an inbox entry (after its address: ``addressed``): a task result, a custom
+stream event, a task a worker started (sent for nodes with a timeout), a cancel request, or a
+checkpoint write or read of a graph a task invoked (``celery/coordinator_saver.py``)."""
+
+_ADDRESS_END = b"|"
+
+
+def addressed(step_key: str, entry: bytes) -> bytes:
+    """``entry`` as pushed to the inbox of its step's gatherer, which holds the entries of
+    all its steps (``keys.inbox``): the step key first, then ``|`` (no step key holds one)."""
+    return step_key.encode() + _ADDRESS_END + entry
+
+
+def address_of(raw: bytes) -> tuple[str, bytes]:
+    """The step key and the entry of an inbox entry (``addressed``)."""
+    key, _, entry = raw.partition(_ADDRESS_END)
+    return key.decode(), entry
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -108,7 +108,7 @@ def _drop_run_keys(client: Client, redis_url: str) -> None:
     run_ids = [run.run_id for run in client.list_runs(limit=100_000)]
     if not run_ids:
         return
-    names = [k(r) for r in run_ids for k in (keys.events, keys.cancel, keys.run_inboxes)]
+    names = [k(r) for r in run_ids for k in (keys.events, keys.cancel, keys.run_steps)]
     with redis.Redis.from_url(redis_url) as conn:
         conn.delete(*names)
 

@@ -239,7 +239,8 @@ def test_claim_check_keeps_messages_small(
     assert len(published.tasks()) == 1 + 500 + 1
     sizes = [m.size for m in published.messages]
     assert max(sizes) < MESSAGE_LIMIT, f"largest message {max(sizes)} bytes"
-    # Each step's claim check (5 MB here) and inbox are dropped once the step is over.
+    # Each step's claim check (5 MB here) is dropped once the step is over, and every report
+    # was taken from the executor's inbox.
     step_keys = {m.args[2] for m in published.messages}
     assert len(step_keys) == 3
     for step_key in step_keys:
@@ -710,8 +711,10 @@ def test_first_recorded_result_wins(cluster: Any, redis_client: redis.Redis) -> 
         assert runtime.record(step_key, task_id, first) is True
         assert runtime.record(step_key, task_id, second) is False
         inbox = r.lrange(keys.inbox(step_key), 0, -1)
-        # Both deliveries report the kept (first) result.
-        assert [wire.loads_result(e[1:]).writes for e in inbox] == [(("log", ["first"]),)] * 2
+        # Both deliveries report the kept (first) result, addressed to its step.
+        reports = [wire.address_of(e) for e in inbox]
+        assert [key for key, _ in reports] == [step_key] * 2
+        assert [wire.loads_result(e[1:]).writes for _, e in reports] == [(("log", ["first"]),)] * 2
     finally:  # the result key expires by itself (RESULT_TTL)
         r.delete(keys.step(step_key), keys.inbox(step_key))
 

@@ -32,8 +32,10 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
 def _drain(r: redis.Redis, step_key: str, saver: InMemorySaver | None) -> int:
     """Serve every entry in the step's inbox, as the coordinator's gatherer does."""
     served = 0
-    while (entry := r.lpop(keys.inbox(step_key))) is not None:
-        assert isinstance(entry, bytes)
+    while (raw := r.lpop(keys.inbox(step_key))) is not None:
+        assert isinstance(raw, bytes)
+        key, entry = wire.address_of(raw)
+        assert key == step_key
         serve(saver, r, entry[:1], entry[1:])
         served += 1
     return served
@@ -71,7 +73,8 @@ def test_writes_reach_the_run_saver_and_read_back_plain(client: redis.Redis) -> 
 def _answer_once(r: redis.Redis, step_key: str, saver: InMemorySaver | None) -> None:
     popped = r.blpop([keys.inbox(step_key)], timeout=10)
     assert popped is not None
-    entry = popped[1]
+    key, entry = wire.address_of(popped[1])
+    assert key == step_key
     serve(saver, r, entry[:1], entry[1:])
 
 

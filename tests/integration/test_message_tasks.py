@@ -26,6 +26,7 @@ from bulksync.graph import START, StateGraph
 from bulksync.service.cancel import cancel_run
 from bulksync.settings import Settings
 from bulksync.types import Send
+from bulksync.workers import wire
 from bulksync.workers.celery import claims, delivery, recorder
 from bulksync.workers.celery.starts import StartCounter
 from tests.integration.test_delivery import WAIT, background
@@ -539,7 +540,7 @@ def test_recording_a_result_drops_its_claim_in_the_same_script(
         assert runtime.record(step_key, slot, b"done", claim=claim)
         assert claim.released
         assert r.get(keys.claim(slot)) is None
-        assert r.lrange(keys.inbox(step_key), 0, -1) == [b"rdone"]
+        assert r.lrange(keys.inbox(step_key), 0, -1) == [wire.addressed(step_key, b"rdone")]
         r.set(keys.claim(slot), b"another worker")  # a later delivery claimed it
         keeper.unhold(claim)
         keeper.release(claim)

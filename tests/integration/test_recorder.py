@@ -20,6 +20,7 @@ from redis.retry import Retry
 
 from bulksync import keys
 from bulksync.settings import Settings
+from bulksync.workers import wire
 from bulksync.workers.celery import claims, starts
 from bulksync.workers.celery.claims import ClaimKeeper
 from bulksync.workers.celery.recorder import Record, Recorder
@@ -102,7 +103,8 @@ def test_write_records_several_results_in_one_round_trip(
         assert kept == [True, True, False]
         assert claim.released and r.get(keys.claim(first)) is None
         assert r.mget([keys.result(s) for s in slots]) == [b"one", None, b"earlier"]
-        assert r.lrange(keys.inbox(step), 0, -1) == [b"rone", b"rtwo", b"rearlier"]
+        reported = [wire.addressed(step, e) for e in (b"rone", b"rtwo", b"rearlier")]
+        assert r.lrange(keys.inbox(step), 0, -1) == reported
         keeper.unhold(claim)
     finally:
         _cleanup(r, slots)
@@ -128,7 +130,8 @@ def test_threads_that_finish_together_share_a_write(
             t.join()
         assert answers == [True] * len(slots)
         assert sum(recorder.batches) == len(slots) and len(recorder.batches) < len(slots)
-        assert sorted(r.lrange(keys.inbox(step), 0, -1)) == sorted(b"r" + s.encode() for s in slots)
+        reported = sorted(wire.addressed(step, b"r" + s.encode()) for s in slots)
+        assert sorted(r.lrange(keys.inbox(step), 0, -1)) == reported
     finally:
         _cleanup(r, slots)
 

@@ -103,12 +103,12 @@ class CoordinatorSaver:
         )
 
     def _send(self, call: builtins.list[Any]) -> None:
-        self.client.rpush(keys.inbox(self.step_key), wire.SAVE + wire.SERDE.dumps(call))
+        self._report(wire.SAVE + wire.SERDE.dumps(call))
 
     def _ask(self, call: builtins.list[Any]) -> Any:
         reply_key = keys.reply(uuid.uuid4().hex)
         request = wire.QUERY + wire.SERDE.dumps([reply_key, *call])
-        self.client.rpush(keys.inbox(self.step_key), request)
+        self._report(request)
         answer: Any = self.client.blpop([reply_key], timeout=QUERY_WAIT)
         if answer is None:
             raise TimeoutError(
@@ -119,6 +119,9 @@ class CoordinatorSaver:
         if not ok:
             raise wire.loads_error(value)
         return value
+
+    def _report(self, entry: bytes) -> None:
+        self.client.rpush(keys.inbox(self.step_key), wire.addressed(self.step_key, entry))
 
 
 def serve(saver: CheckpointSaver | None, client: redis.Redis, kind: bytes, data: bytes) -> None:

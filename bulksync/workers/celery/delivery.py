@@ -228,8 +228,9 @@ class Delivery:
         """Tell the coordinator the clocks of ``task_ids`` start now."""
         if not task_ids:
             return
-        r, entries = self.runtime.redis(), [wire.STARTED + t.encode() for t in task_ids]
-        self.runtime.retry(lambda: r.rpush(keys.inbox(self.step_key), *entries), "reporting starts")
+        key, r = self.step_key, self.runtime.redis()
+        entries = [wire.addressed(key, wire.STARTED + t.encode()) for t in task_ids]
+        self.runtime.retry(lambda: r.rpush(keys.inbox(key), *entries), "reporting starts")
 
     def _let_go(self, records: Sequence[Record]) -> None:
         """Stop renewing the claims of recorded results (the record dropped them)."""

@@ -1,22 +1,24 @@
-"""One gatherer per executor: a thread that blocks on every live step's inbox at once.
+"""One gatherer per executor: a thread that takes the reports of every live step from one list.
 
-A step's tasks report to its inbox (``keys.inbox``). Rather than one thread and one held
-Redis connection per waiting step (a thousand runs would need a thousand connections, past
-any pool's cap), an executor's :class:`Gatherer` runs one ``BLMPOP`` over all live inboxes,
-plus a wake-up list (``keys.gatherer_wake``) that a joining step pushes to, so the next
-``BLMPOP`` includes its inbox (it comes last: a busy gatherer lists the new step at its next
-turn anyway, so a wake-up only ends a wait, and never costs a turn while reports come in).
-One call takes every entry an inbox has (up to ``drain_size``), or every wake-up queued. The
-inboxes are listed in a rotating order, since ``BLMPOP`` serves the first non-empty list it is
-given: no busy step starves another. A Redis before 7.0 has no ``BLMPOP``: there the gatherer
-takes one entry with ``BLPOP``, then the rest of that inbox with ``LPOP``.
+A step's tasks report to its gatherer's inbox (``keys.inbox``: the step key names it), each
+entry addressed to its step (``wire.addressed``). Rather than one thread and one held Redis
+connection per waiting step (a thousand runs would need a thousand connections, past any
+pool's cap), or one blocking call listing every step's own list (its cost, in the
+coordinator and in Redis, grows with the steps in flight), an executor's :class:`Gatherer`
+blocks on that one list with ``BLMPOP``, takes up to ``drain_size`` entries at a time, and
+hands each step its own, in order. The entries come in the order they were pushed, so no busy
+step starves another; a step that joins needs no wake-up: its reports arrive on the list
+the thread already blocks on. A Redis before 7.0 has no ``BLMPOP``: there the gatherer takes
+one entry with ``BLPOP``, then more with ``LPOP``. Entries for a step that is no longer
+gathered (it ended, or another executor's) are dropped.
 
-**Nothing taken is lost.** Entries taken are handed to their step before anything else is
-asked of Redis (with ``BLPOP``, the first entry before the rest is drained; a failure there
+**Nothing taken is lost.** Entries taken are handed to their steps before anything else is
+asked of Redis (with ``BLPOP``, the first entry before the rest is taken; a failure there
 leaves the rest in Redis for the next turn). A reply lost with its connection (Redis pops the
 entries, the socket drops before they arrive) cannot be taken back, so every ``idle_wait``
 seconds the gatherer probes the steps it heard nothing from in that time: a result recorded
-in its slot (``keys.result``) but never seen in the inbox is delivered from there (first
+in its slot (``keys.result``) whose report was not taken by the time the inbox had been taken
+through — every entry it held when the result was seen — is delivered from there (first
 result wins, so a duplicate changes nothing), and a step whose keys Redis lost is dispatched
 again.
 
@@ -32,6 +34,7 @@ starts again with the next one.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -44,6 +47,7 @@ import redis
 from bulksync import keys
 from bulksync.retry import is_transient_redis, is_unknown_command
 from bulksync.settings import Settings
+from bulksync.workers import wire
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +64,11 @@ FORGET_BATCH = 1000
 class Gathered(Protocol):
     """What a gatherer needs of a step in flight (``CeleryStep``)."""
 
-    inbox: str
+    key: str
     last_seen: float
 
     def receive(self, entries: Sequence[bytes]) -> None:
-        """Handle entries taken from the inbox, in order."""
+        """Handle the step's entries taken from the inbox, in order."""
 
     def is_open(self) -> bool:
         """Whether some task still owes a result (and the step was not cancelled)."""
@@ -84,11 +88,27 @@ class Gathered(Protocol):
     def probe(self, pipe: Any) -> None:
         """Queue on ``pipe`` the reads that tell whether a quiet step lost something."""
 
-    def settle(self, replies: list[Any]) -> None:
+    def settle(self, replies: list[Any], backlog: Backlog) -> None:
         """Act on the replies to ``probe``: deliver stray results, dispatch lost keys again."""
 
     def drop_keys(self, pipe: Any) -> None:
         """Queue on ``pipe`` the deletion of the finished step's keys."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backlog:
+    """Where the gatherer's inbox stood at a probe: ``taken``, how many entries the gatherer
+    had taken from it by then; ``through``, the count at which it will have taken every
+    entry the inbox held then. A result recorded at the probe and not reported once the
+    count reaches ``through`` was taken and lost."""
+
+    taken: int
+    through: int
+
+    @property
+    def empty(self) -> bool:
+        """Whether the inbox held nothing at the probe."""
+        return self.through == self.taken
 
 
 class Gatherer:
@@ -97,26 +117,25 @@ class Gatherer:
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self.redis = client
         self.settings = settings
-        self.wake_key = keys.gatherer_wake(uuid.uuid4().hex)
-        self._steps: dict[str, Gathered] = {}  # by inbox key
+        self.id = uuid.uuid4().hex
+        self.inbox = keys.inbox(self.id)
+        self.taken = 0  # entries taken from the inbox so far (by the thread: see Backlog)
+        self._steps: dict[str, Gathered] = {}  # by step key
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._turn = 0
-        self._joined = False  # a step joined since the gatherer's list was taken
         self._multi_pop = True  # BLMPOP, until Redis says it has none (before 7.0)
         self._forgotten: list[str] = []  # keys to delete with the next finished steps'
 
-    def add(self, step: Gathered, pipe: Any) -> None:
-        """Gather ``step``'s inbox from now on. The running thread is woken to list it by
-        commands queued on ``pipe``, the pipeline that stores the step (with none running,
-        one starts, and lists it in its first ``BLPOP``)."""
+    def new_key(self) -> str:
+        """A fresh step key whose reports come to this gatherer's inbox (``keys.inbox``)."""
+        return f"{self.id}.{uuid.uuid4().hex}"
+
+    def add(self, step: Gathered) -> None:
+        """Gather ``step``'s reports from now on (its thread starts if it is not running):
+        before the step's messages are published, so none of its reports is dropped."""
         with self._lock:
-            self._steps[step.inbox] = step
-            self._joined = True
-            if self._start():
-                return
-        pipe.rpush(self.wake_key, b"1")
-        pipe.expire(self.wake_key, self.settings.step_ttl)
+            self._steps[step.key] = step
+            self._start()
 
     def forget(self, names: Sequence[str]) -> None:
         """Delete the keys ``names`` (results no restart needs any more) at the thread's
@@ -136,7 +155,7 @@ class Gatherer:
     def remove(self, step: Gathered) -> None:
         """Stop gathering ``step`` (its dispatch failed: nothing of it is awaited)."""
         with self._lock:
-            self._steps.pop(step.inbox, None)
+            self._steps.pop(step.key, None)
 
     def join(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the thread to end, as it does soon after no
@@ -157,7 +176,6 @@ class Gatherer:
     def _run(self) -> None:
         next_probe = time.monotonic() + self.settings.idle_wait
         chores_due = 0.0
-        steps: list[Gathered] = []
         while True:
             try:
                 now = time.monotonic()
@@ -182,93 +200,90 @@ class Gatherer:
                     took = time.monotonic() - began
                     # Never more than a tenth of the thread's time: reports come first.
                     chores_due = began + took + min(max(hint, 0.0), max(CHORES, 9 * took))
-                elif self._joined:
-                    steps = self._current()
-                self._turn_once(steps, chores_due)
+                self._turn_once(chores_due)
             except redis.RedisError as exc:
                 if not is_transient_redis(exc):
                     raise
                 log.warning("gatherer: Redis unreachable (%s); retrying", exc)
                 time.sleep(self.settings.reconnect_wait)  # reconnect backoff, not a poll
-            except Exception:  # a bug in one step's handling must not stall all the others
-                log.exception("gatherer: handling a report failed")
+            except Exception:  # a bug in the chores must not stall every step
+                log.exception("gatherer: looking at the steps failed")
 
-    def _current(self) -> list[Gathered]:
-        """The steps gathered now (after a step joined)."""
-        with self._lock:
-            self._joined = False
-            return list(self._steps.values())
-
-    def _turn_once(self, steps: list[Gathered], until: float) -> None:
-        """Block until some inbox has entries (or ``until``, when chores are due); hand
-        them to their step."""
+    def _turn_once(self, until: float) -> None:
+        """Block until the inbox has entries (or ``until``, when chores are due); hand them
+        to their steps."""
         wait = max(0.01, min(until - time.monotonic(), self.settings.idle_wait))
-        self._turn = (self._turn + 1) % len(steps)
-        # The wake-up list comes last: a step that joined is listed at the next turn anyway,
-        # so a wake-up need only end a block, never take a turn from the reports.
-        lists = [*(s.inbox for s in steps[self._turn :] + steps[: self._turn]), self.wake_key]
         count = self.settings.drain_size
         if self._multi_pop:
             try:
-                found: Any = self.redis.blmpop(
-                    wait, len(lists), *lists, direction="LEFT", count=count
-                )
+                found: Any = self.redis.blmpop(wait, 1, self.inbox, direction="LEFT", count=count)
             except redis.ResponseError as exc:
                 if not is_unknown_command(exc):
                     raise
                 log.info("gatherer: this Redis has no BLMPOP (before 7.0): BLPOP, then LPOP")
                 self._multi_pop = False
                 return
-            if found is not None:  # every wake-up queued, or the entries of one inbox
-                self._hand(found[0].decode(), found[1])
+            if found is not None:
+                self._hand(found[1])
             return
-        item: Any = self.redis.blpop(lists, timeout=wait)
+        item: Any = self.redis.blpop([self.inbox], timeout=wait)
         if item is None:
             return
-        name = item[0].decode()
-        if name == self.wake_key:
-            # Every step added before this wake-up is listed by the next BLPOP: the other
-            # wake-ups queued meanwhile say nothing new.
-            self.redis.delete(self.wake_key)
-            return
-        step = self._hand(name, [item[1]])  # first, so no later failure loses what BLPOP took
-        if step is not None:
-            rest: Any = self.redis.lpop(name, count)
+        self._hand([item[1]])  # first, so no later failure loses what BLPOP took
+        if count > 1:
+            rest: Any = self.redis.lpop(self.inbox, count - 1)
             if rest:
-                step.receive(rest)
+                self._hand(rest)
 
-    def _hand(self, name: str, entries: list[bytes]) -> Gathered | None:
-        """Give ``entries`` taken from list ``name`` to its step (a wake-up's are dropped:
-        the next turn lists every step added before them); that step, if any."""
+    def _hand(self, entries: list[bytes]) -> None:
+        """Give each step its entries among ``entries``, in order (those of a step no
+        longer gathered are dropped)."""
+        self.taken += len(entries)
+        mine: dict[str, list[bytes]] = {}
+        for raw in entries:
+            key, entry = wire.address_of(raw)
+            mine.setdefault(key, []).append(entry)
         with self._lock:
-            step = self._steps.get(name)
-        if step is not None:
-            step.receive(entries)
-        return step
+            found = [(self._steps.get(key), got) for key, got in mine.items()]
+        for step, got in found:
+            if step is None:
+                continue
+            try:
+                step.receive(got)
+            except Exception:  # a bug in one step's handling must not lose the others'
+                log.exception("gatherer: handling a report of step %s failed", step.key)
 
     def _survey_claims(self, steps: list[Gathered]) -> None:
         """Look at the claims of every step due a look, in one round trip."""
-        self._in_one_trip(steps, lambda s, pipe: s.ask_claims(pipe), lambda s, r: s.heard_claims(r))
+        asked, replies = self._in_one_trip(steps, lambda s, pipe: s.ask_claims(pipe))
+        self._answer(asked, replies, lambda s, r: s.heard_claims(r))
 
     def _probe(self, steps: list[Gathered]) -> None:
-        """Ask Redis, in one round trip, about every step quiet for ``idle_wait`` seconds."""
+        """Ask Redis, in one round trip, about every step quiet for ``idle_wait`` seconds,
+        and how many entries the inbox holds (``Backlog``)."""
         now = time.monotonic()
         quiet = [s for s in steps if s.is_open() and now - s.last_seen >= self.settings.idle_wait]
+        if not quiet:
+            return
 
         def ask(step: Gathered, pipe: Any) -> bool:
             step.probe(pipe)
             return True
 
-        self._in_one_trip(quiet, ask, lambda s, replies: s.settle(replies))
+        # The inbox's length last: every result the steps' reads find was reported before it.
+        asked, replies = self._in_one_trip(quiet, ask, then=lambda pipe: pipe.llen(self.inbox))
+        backlog = Backlog(self.taken, self.taken + int(replies[-1]))
+        self._answer(asked, replies, lambda s, r: s.settle(r, backlog))
 
     def _in_one_trip(
         self,
         steps: list[Gathered],
         ask: Callable[[Gathered, Any], bool],
-        answer: Callable[[Gathered, list[Any]], None],
-    ) -> None:
+        then: Callable[[Any], Any] | None = None,
+    ) -> tuple[list[tuple[Gathered, int, int]], list[Any]]:
         """Queue each step's reads (``ask``: False when it has none) on one pipeline, then
-        hand each its own replies (``answer``)."""
+        ``then``'s, and run it: the steps that asked, with where their replies are, and the
+        replies (``then``'s last)."""
         pipe = self.redis.pipeline(transaction=False)
         asked: list[tuple[Gathered, int, int]] = []
         for step in steps:
@@ -276,15 +291,25 @@ class Gatherer:
             if ask(step, pipe):
                 asked.append((step, before, len(pipe)))
         if not asked:
-            return
-        replies = pipe.execute() if len(pipe) else []
+            return [], []
+        if then is not None:
+            then(pipe)
+        return asked, pipe.execute() if len(pipe) else []
+
+    def _answer(
+        self,
+        asked: list[tuple[Gathered, int, int]],
+        replies: list[Any],
+        answer: Callable[[Gathered, list[Any]], None],
+    ) -> None:
+        """Hand each step that asked its own replies (``answer``)."""
         for step, start, end in asked:
             try:
                 answer(step, replies[start:end])
             except redis.RedisError:
                 raise
             except Exception:  # a bug in one step's handling must not stall the others
-                log.exception("gatherer: handling the replies of %s failed", step.inbox)
+                log.exception("gatherer: handling the replies of step %s failed", step.key)
 
     def _close_finished(self) -> list[Gathered]:
         """Drop the steps that owe nothing more (and their Redis keys) and the keys
@@ -292,7 +317,7 @@ class Gatherer:
         with self._lock:
             done = [s for s in self._steps.values() if not s.is_open()]
             for step in done:
-                del self._steps[step.inbox]
+                del self._steps[step.key]
             left = list(self._steps.values())
             forgotten, self._forgotten = self._forgotten, []
         if done or forgotten:

@@ -138,7 +138,7 @@ class WorkerRuntime:
 
         def sink(namespace: Sequence[str], mode: str, chunk: Any) -> None:
             event = wire.EVENT + wire.dumps_event(namespace, mode, chunk)
-            r.rpush(keys.inbox(step_key), event)
+            r.rpush(keys.inbox(step_key), wire.addressed(step_key, event))
 
         live = step.live(sink, CoordinatorSaver(r, step_key))
         todo, finished = [], []

@@ -28,19 +28,21 @@ import redis
 from bulksync import keys
 from bulksync.retry import is_transient_redis, retry
 from bulksync.settings import Settings
+from bulksync.workers import wire
 from bulksync.workers.celery.claims import Held
 
 # Records several results. Per result, KEYS: result key, inbox, step hash, claim (the result
 # key again when none); ARGV after the result and step TTLs: result, keep ("1"/"0"), claim
-# token ("": none). Keep the first result unless told not to (an error: the same slot must
-# run again when the run is retried); report the kept one to this delivery's inbox while its
-# step lives; drop the claim if this process still holds it. One script for several results
-# puts them in the inbox at once: the coordinator's gatherer takes them in one call.
+# token ("": none), the step's address (``wire.addressed``). Keep the first result unless
+# told not to (an error: the same slot must run again when the run is retried); report the
+# kept one to this delivery's inbox while its step lives; drop the claim if this process
+# still holds it. One script for several results puts them in the inbox at once: the
+# coordinator's gatherer takes them in one call.
 _RECORD_LUA: Final = """
 local kept_own = {}
 for i = 0, #KEYS / 4 - 1 do
-  local k, a = i * 4, 2 + i * 3
-  local data, keep, token = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3]
+  local k, a = i * 4, 2 + i * 4
+  local data, keep, token, address = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]
   if token ~= '' and redis.call('GET', KEYS[k + 4]) == token then
     redis.call('DEL', KEYS[k + 4])
   end
@@ -52,7 +54,7 @@ for i = 0, #KEYS / 4 - 1 do
     end
   end
   if redis.call('EXISTS', KEYS[k + 3]) == 1 then
-    redis.call('RPUSH', KEYS[k + 2], 'r' .. kept)
+    redis.call('RPUSH', KEYS[k + 2], address .. 'r' .. kept)
     redis.call('EXPIRE', KEYS[k + 2], ARGV[2])
   end
   kept_own[i + 1] = kept == data and 1 or 0
@@ -119,7 +121,8 @@ class Recorder:
                 claim = rec.claim.key if rec.claim is not None else result
                 keys_ += [result, keys.inbox(rec.step_key), keys.step(rec.step_key), claim]
                 token = rec.claim.token if rec.claim is not None else ""
-                args += [rec.data, "1" if rec.keep else "0", token]
+                address = wire.addressed(rec.step_key, b"")
+                args += [rec.data, "1" if rec.keep else "0", token, address]
             pipe.eval(_RECORD_LUA, len(keys_), *keys_, *args)
         return math.ceil(len(records) / RECORDS_PER_SCRIPT)
 

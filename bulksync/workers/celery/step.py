@@ -36,7 +36,7 @@ from bulksync.workers.callback_relay import CALLBACK_EVENTS, replay
 from bulksync.workers.cancel_scope import STOP_WAIT
 from bulksync.workers.celery.claims import ClaimWatch, Survey
 from bulksync.workers.celery.coordinator_saver import serve
-from bulksync.workers.celery.gatherer import FORGET_BATCH
+from bulksync.workers.celery.gatherer import FORGET_BATCH, Backlog
 from bulksync.workers.celery.outbox import Outbox
 from bulksync.workers.celery.progress import progress_chunk, waiting_queues, warn_waiting
 from bulksync.workers.celery.publish import (
@@ -79,13 +79,13 @@ class CeleryStep:
         self.deliver = deliver
         self.run_id = run_id
         self.thread = str((step.config.get("configurable") or {}).get("thread_id") or "")
-        self.key = uuid.uuid4().hex
-        self.inbox = keys.inbox(self.key)
+        self.key = executor.gatherer.new_key()
         self.last_seen = time.monotonic()  # when the gatherer last heard from the step
         self.pending = set(self.tasks)
         self.slots: dict[str, str] = {}
         self.messages: dict[str, list[str]] = {}  # Celery message id -> task ids
         self._probed: list[str] = []
+        self._recorded: tuple[Backlog | None, set[str]] = (None, set())  # at the last probe
         self._surveyed: list[str] = []  # the tasks the pending claim look asks about
         self.deadlines: dict[str, float] = {}
         self._lock = threading.Lock()
@@ -147,12 +147,12 @@ class CeleryStep:
             pipe.hset(keys.step(self.key), mapping=mapping)
             pipe.expire(keys.step(self.key), self.ex.settings.step_ttl)
             if self.run_id:
-                pipe.sadd(keys.run_inboxes(self.run_id), self.inbox)
-                pipe.expire(keys.run_inboxes(self.run_id), self.ex.settings.run_ttl)
+                pipe.sadd(keys.run_steps(self.run_id), self.key)
+                pipe.expire(keys.run_steps(self.run_id), self.ex.settings.run_ttl)
                 pipe.exists(keys.cancel(self.run_id))
                 flag = len(pipe) - 1 - start
-            if joining:
-                self.ex.gatherer.add(self, pipe)
+            if joining:  # before the messages go, in the same round trip
+                self.ex.gatherer.add(self)
 
         def store() -> tuple[list[Any], bool]:
             if outbox is not None:
@@ -303,29 +303,33 @@ class CeleryStep:
         return True
 
     def probe(self, pipe: Any) -> None:
-        """Queue: does the step hash exist, is the inbox empty, which results are recorded."""
+        """Queue: does the step hash exist, which results are recorded."""
         with self._lock:
             self._probed = sorted(self.pending)
         pipe.exists(keys.step(self.key))
-        pipe.llen(self.inbox)
         # MGET needs a key; a step with no pending task is ignored by settle() anyway.
-        pipe.mget([keys.result(self.slots[t]) for t in self._probed] or [self.inbox])
+        pipe.mget([keys.result(self.slots[t]) for t in self._probed] or [keys.step(self.key)])
 
-    def settle(self, replies: list[Any]) -> None:
-        """Dispatch again if the keys are gone; deliver results that never reached the inbox.
+    def settle(self, replies: list[Any], backlog: Backlog) -> None:
+        """Dispatch again if the keys are gone; deliver results whose report was lost.
 
-        A result only counts while the inbox is empty: otherwise its own report, with the
-        custom events before it, is still on the way.
+        A result recorded is reported in the same script, so its report (with the custom
+        events before it) is in the inbox or was taken. It counts as lost when the inbox was
+        empty at this probe, or when it was recorded at the last probe already and the
+        gatherer has taken every entry the inbox held then (``Backlog``).
         """
-        exists, queued, found = replies
+        exists, found = replies
         if not self._open():
             return
         if not exists:
             self._recover()
             return
-        if queued:
-            return
-        stray = [wire.loads_result(res) for res in found if res is not None]
+        recorded = {t: res for t, res in zip(self._probed, found, strict=True) if res is not None}
+        (before, earlier), self._recorded = self._recorded, (backlog, set(recorded))
+        if not backlog.empty:
+            taken_through = before is not None and before.through <= backlog.taken
+            recorded = {t: r for t, r in recorded.items() if taken_through and t in earlier}
+        stray = [wire.loads_result(res) for res in recorded.values()]
         if stray:
             log.warning(
                 "step %s: %d results recorded but not reported to its inbox; delivering them",
@@ -350,9 +354,8 @@ class CeleryStep:
             stopped = self._stopped
         if not stopped:
             self._queue_over(pipe)
-        pipe.delete(self.inbox)
         if self.run_id:
-            pipe.srem(keys.run_inboxes(self.run_id), self.inbox)
+            pipe.srem(keys.run_steps(self.run_id), self.key)
 
     def _queue_over(self, pipe: Any) -> None:
         """Queue the deletion of the step's hash, then of its tasks' delivery counts. A copy
@@ -548,7 +551,7 @@ class CeleryStep:
         self._queue_over(wake)
         # Workers stop the step's tasks already running (``stopper.py``).
         wake.set(keys.step_cancel(self.key), 1, ex=self.ex.settings.step_ttl)
-        wake.rpush(keys.inbox(self.key), wire.CANCEL)  # wake the gatherer
+        wake.rpush(keys.inbox(self.key), wire.addressed(self.key, wire.CANCEL))  # wake the gatherer
         wake.expire(keys.inbox(self.key), self.ex.settings.step_ttl)
         try:
             wake.execute()

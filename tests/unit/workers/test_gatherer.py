@@ -11,14 +11,15 @@ import pytest
 import redis
 
 from bulksync.settings import Settings
-from bulksync.workers.celery.gatherer import Gatherer
+from bulksync.workers import wire
+from bulksync.workers.celery.gatherer import Backlog, Gatherer
 
 WAIT = 10.0
 """Longest a test waits for the gatherer's thread (a liveness bound)."""
 
 
 class FakePipe:
-    """Records commands; ``execute`` runs them on the fake."""
+    """Records commands; ``execute`` runs them on the fake (``llen`` answers its ``queued``)."""
 
     def __init__(self, owner: ScriptedRedis) -> None:
         self.owner = owner
@@ -32,7 +33,7 @@ class FakePipe:
 
     def execute(self) -> list[Any]:
         self.owner.executed.extend(self.calls)
-        return [None for _ in self.calls]
+        return [self.owner.queued if name == "llen" else None for name, _ in self.calls]
 
 
 class ScriptedRedis:
@@ -44,6 +45,7 @@ class ScriptedRedis:
         self.lpops = lpops
         self.executed: list[tuple[str, tuple[Any, ...]]] = []
         self.lock = threading.Lock()
+        self.queued = 0  # what LLEN answers
 
     def _next(self, script: list[Any]) -> Any:
         with self.lock:
@@ -53,13 +55,8 @@ class ScriptedRedis:
         return answer
 
     def blpop(self, names: Sequence[str], timeout: float) -> Any:
-        with self.lock:  # an entry of a list not asked for waits, as in Redis, for a call
-            waits = (  # that asks for it (its step may join after this call began)
-                bool(self.blpops)
-                and isinstance(self.blpops[0], tuple)
-                and self.blpops[0][0].decode() not in names
-            )
-        answer = None if waits else self._next(self.blpops)
+        self.executed.append(("blpop", tuple(names)))
+        answer = self._next(self.blpops)
         if answer is None:
             time.sleep(min(timeout, 0.01))
         return answer
@@ -71,10 +68,6 @@ class ScriptedRedis:
     def blmpop(self, timeout: float, numkeys: int, *names: str, **_: Any) -> Any:
         raise redis.ResponseError("unknown command 'BLMPOP', with args beginning with: ")
 
-    def delete(self, *names: str) -> int:
-        self.executed.append(("delete", names))
-        return 0
-
     def pipeline(self, transaction: bool = False) -> FakePipe:
         return FakePipe(self)
 
@@ -82,12 +75,17 @@ class ScriptedRedis:
 class FakeStep:
     """A step owing ``owed`` entries; it closes once it received them all."""
 
-    def __init__(self, inbox: str, owed: int) -> None:
-        self.inbox = inbox
+    def __init__(self, g: Gatherer, owed: int) -> None:
+        self.key = g.new_key()
         self.last_seen = time.monotonic()
         self.owed = owed
         self.received: list[bytes] = []
         self.closed = threading.Event()
+        self.backlogs: list[Backlog] = []
+
+    def entry(self, body: bytes) -> tuple[bytes, bytes]:
+        """What BLPOP answers for ``body`` addressed to this step."""
+        return (self.key.encode(), wire.addressed(self.key, body))
 
     def receive(self, entries: Sequence[bytes]) -> None:
         self.received.extend(entries)
@@ -110,26 +108,18 @@ class FakeStep:
         pass
 
     def probe(self, pipe: Any) -> None:
-        pipe.exists(self.inbox)
+        pipe.exists(self.key)
 
-    def settle(self, replies: list[Any]) -> None:
-        pass
+    def settle(self, replies: list[Any], backlog: Backlog) -> None:
+        self.backlogs.append(backlog)
 
     def drop_keys(self, pipe: Any) -> None:
-        pipe.delete(self.inbox)
+        pipe.delete(self.key)
 
 
 def gatherer(fake: ScriptedRedis) -> Gatherer:
     settings = Settings(idle_wait=0.05, reconnect_wait=0.01)
     return Gatherer(fake, settings)  # type: ignore[arg-type]
-
-
-def join(g: Gatherer, step: FakeStep) -> list[str]:
-    """Add ``step`` as a dispatch does: on the pipeline storing it, run then; its commands."""
-    pipe = g.redis.pipeline(transaction=False)
-    g.add(step, pipe)
-    pipe.execute()
-    return [name for name, _ in pipe.calls]  # type: ignore[attr-defined]
 
 
 def wait_closed(step: FakeStep) -> None:
@@ -138,26 +128,23 @@ def wait_closed(step: FakeStep) -> None:
 
 def test_an_entry_taken_by_blpop_survives_a_failing_drain() -> None:
     """The bug: BLPOP took an entry, the LPOP after it failed, and the entry was dropped."""
-    fake = ScriptedRedis(
-        blpops=[(b"inbox:a", b"first"), None, (b"inbox:a", b"second")],
-        lpops=[redis.ConnectionError("connection reset"), None],
-    )
-    step = FakeStep("inbox:a", owed=2)
+    fake = ScriptedRedis(blpops=[], lpops=[redis.ConnectionError("connection reset"), None])
     g = gatherer(fake)
-    join(g, step)
+    step = FakeStep(g, owed=2)
+    fake.blpops += [step.entry(b"first"), None, step.entry(b"second")]
+    g.add(step)
     wait_closed(step)
     assert step.received == [b"first", b"second"]
 
 
 def test_one_thread_gathers_many_steps_and_drops_their_keys_when_done() -> None:
-    fake = ScriptedRedis(
-        blpops=[(b"inbox:a", b"a1"), (b"inbox:b", b"b1")],
-        lpops=[[b"a2"], None],
-    )
-    a, b = FakeStep("inbox:a", owed=2), FakeStep("inbox:b", owed=1)
+    fake = ScriptedRedis(blpops=[], lpops=[])
     g = gatherer(fake)
-    join(g, a)
-    join(g, b)
+    a, b = FakeStep(g, owed=2), FakeStep(g, owed=1)
+    fake.blpops += [a.entry(b"a1"), b.entry(b"b1")]
+    fake.lpops += [[a.entry(b"a2")[1]], None]
+    g.add(a)
+    g.add(b)
     wait_closed(a)
     wait_closed(b)
     assert a.received == [b"a1", b"a2"]
@@ -167,16 +154,20 @@ def test_one_thread_gathers_many_steps_and_drops_their_keys_when_done() -> None:
         time.sleep(0.01)
     assert g.steps == 0
     deleted = {args[0] for name, args in fake.executed if name == "delete"}
-    assert deleted == {"inbox:a", "inbox:b"}
+    assert deleted == {a.key, b.key}
+    # Every call blocked on, or drained, the one inbox of the gatherer.
+    assert {args for name, args in fake.executed if name in ("blpop", "lpop")} == {(g.inbox,)}
 
 
 @pytest.mark.parametrize(
     "error", [redis.ConnectionError("refused"), redis.TimeoutError("timed out")]
 )
 def test_redis_errors_delay_a_step_and_never_end_the_gatherer(error: Exception) -> None:
-    fake = ScriptedRedis(blpops=[error, error, (b"inbox:a", b"late")], lpops=[])
-    step = FakeStep("inbox:a", owed=1)
-    join(gatherer(fake), step)
+    fake = ScriptedRedis(blpops=[error, error], lpops=[])
+    g = gatherer(fake)
+    step = FakeStep(g, owed=1)
+    fake.blpops.append(step.entry(b"late"))
+    g.add(step)
     wait_closed(step)
     assert step.received == [b"late"]
 
@@ -184,8 +175,8 @@ def test_redis_errors_delay_a_step_and_never_end_the_gatherer(error: Exception) 
 class SurveyedStep(FakeStep):
     """A step due a claim look every turn, asking ``reads`` reads; it records the replies."""
 
-    def __init__(self, inbox: str, reads: int, armed: threading.Event) -> None:
-        super().__init__(inbox, owed=1)
+    def __init__(self, g: Gatherer, reads: int, armed: threading.Event) -> None:
+        super().__init__(g, owed=1)
         self.reads = reads
         self.armed = armed
         self.heard: list[list[Any]] = []
@@ -194,7 +185,7 @@ class SurveyedStep(FakeStep):
         if not self.armed.is_set():
             return False
         for n in range(self.reads):
-            pipe.mget([f"{self.inbox}:{n}"])
+            pipe.mget([f"{self.key}:{n}"])
         return True
 
     def heard_claims(self, replies: list[Any]) -> None:
@@ -222,10 +213,10 @@ def test_the_claims_of_every_step_due_are_asked_in_one_round_trip() -> None:
 
     fake = Counting(blpops=[], lpops=[])
     armed = threading.Event()
-    steps = [SurveyedStep(f"inbox:{n}", reads, armed) for n, reads in enumerate((3, 0, 2))]
     g = gatherer(fake)
+    steps = [SurveyedStep(g, reads, armed) for reads in (3, 0, 2)]
     for step in steps:
-        join(g, step)
+        g.add(step)
     armed.set()  # all three are due from now on
     for step in steps:
         wait_closed(step)
@@ -234,24 +225,31 @@ def test_the_claims_of_every_step_due_are_asked_in_one_round_trip() -> None:
     assert 5 in executes
 
 
-def test_a_step_joining_a_running_gatherer_wakes_it_on_the_pipeline_storing_the_step() -> None:
+def test_a_step_joining_a_running_gatherer_needs_no_wake_up() -> None:
     fake = ScriptedRedis(blpops=[], lpops=[None, None])
-    a, b = FakeStep("inbox:a", owed=1), FakeStep("inbox:b", owed=1)
     g = gatherer(fake)
-    assert join(g, a) == []  # the thread it starts lists the inbox in its first BLPOP
-    assert join(g, b) == ["rpush", "expire"]  # the wake-up, run with the step's commands
-    fake.blpops.extend([(b"inbox:a", b"a1"), (b"inbox:b", b"b1")])  # both are listed now
+    a = FakeStep(g, owed=1)
+    g.add(a)  # the thread starts, and blocks on the inbox
+    while not any(name == "blpop" for name, _ in fake.executed):
+        time.sleep(0.001)
+    b = FakeStep(g, owed=1)
+    g.add(b)  # nothing sent: its reports come to the list the thread blocks on
+    assert {name for name, _ in fake.executed} == {"blpop"}
+    fake.blpops += [b.entry(b"b1"), a.entry(b"a1")]
     wait_closed(a)
     wait_closed(b)
 
 
-def test_a_removed_step_is_not_gathered() -> None:
+def test_a_removed_step_is_not_gathered_and_its_entries_are_dropped() -> None:
     fake = ScriptedRedis(blpops=[], lpops=[])
     g = gatherer(fake)
-    step = FakeStep("inbox:a", owed=1)
-    join(g, step)
-    g.remove(step)
-    assert g.steps == 0
+    gone, kept = FakeStep(g, owed=1), FakeStep(g, owed=1)
+    g.add(gone)
+    g.remove(gone)
+    g.add(kept)
+    fake.blpops += [gone.entry(b"late"), kept.entry(b"k1")]
+    wait_closed(kept)
+    assert gone.received == [] and kept.received == [b"k1"]
 
 
 class MultiPopRedis(ScriptedRedis):
@@ -262,6 +260,7 @@ class MultiPopRedis(ScriptedRedis):
         self.blmpops: list[Any] = []
 
     def blmpop(self, timeout: float, numkeys: int, *names: str, **_: Any) -> Any:
+        self.executed.append(("blmpop", names))
         answer = self._next(self.blmpops)
         if answer is None:
             time.sleep(min(timeout, 0.01))
@@ -271,14 +270,57 @@ class MultiPopRedis(ScriptedRedis):
         raise AssertionError("BLPOP on a Redis that has BLMPOP")
 
 
-def test_one_blmpop_takes_every_wake_up_or_every_entry_of_an_inbox() -> None:
+class FailingStep(FakeStep):
+    """A step whose handling of its reports fails (a bug)."""
+
+    def receive(self, entries: Sequence[bytes]) -> None:
+        super().receive(entries)
+        raise RuntimeError("a bug in this step's handling")
+
+
+def test_one_blmpop_hands_each_step_its_own_entries_in_order() -> None:
     fake = MultiPopRedis()
-    a = FakeStep("inbox:a", owed=3)
     g = gatherer(fake)
-    join(g, a)
-    wake = g.wake_key.encode()
-    fake.blmpops.extend([(wake, [b"1", b"1"]), (b"inbox:a", [b"a1", b"a2", b"a3"])])
-    wait_closed(a)
+    a, b, broken = FakeStep(g, owed=3), FakeStep(g, owed=2), FailingStep(g, owed=1)
+    for step in (a, b, broken):
+        g.add(step)
+    stranger = "another-gatherer.step"  # not gathered here: dropped
+    mixed = [
+        (a, b"a1"),
+        (broken, b"x1"),
+        (b, b"b1"),
+        (a, b"a2"),
+        (stranger, b"s1"),
+        (b, b"b2"),
+        (a, b"a3"),
+    ]
+    taken = [wire.addressed(s if isinstance(s, str) else s.key, e) for s, e in mixed]
+    fake.blmpops.append((g.inbox.encode(), taken))
+    for step in (a, b, broken):
+        wait_closed(step)
     assert a.received == [b"a1", b"a2", b"a3"]
-    # Nothing left to drain, no wake-up left to delete: no other command was needed.
+    assert b.received == [b"b1", b"b2"]  # though the step before it failed
+    assert g.taken == len(taken)
+    # One list, blocked on alone; nothing left to drain: no other command was needed.
+    assert {names for name, names in fake.executed if name == "blmpop"} == {(g.inbox,)}
     assert not [name for name, _ in fake.executed if name in ("lpop", "delete")]
+
+
+def test_a_probe_reads_the_inbox_length_after_the_steps_reads() -> None:
+    """A result the steps' reads find was reported before the length was read: its report
+    is among the entries counted (``Backlog``)."""
+    fake = MultiPopRedis()
+    fake.queued = 4
+    settings = Settings(idle_wait=0.01, reconnect_wait=0.01)
+    g = Gatherer(fake, settings)  # type: ignore[arg-type]
+    step = FakeStep(g, owed=1)
+    g.add(step)
+    deadline = time.monotonic() + WAIT
+    while not step.backlogs and time.monotonic() < deadline:
+        time.sleep(0.005)
+    step.closed.set()
+    assert step.backlogs, "a quiet step should be probed"
+    probe = next(i for i, (name, _) in enumerate(fake.executed) if name == "exists")
+    assert fake.executed[probe + 1] == ("llen", (g.inbox,))
+    first = step.backlogs[0]
+    assert (first.taken, first.through, first.empty) == (0, 4, False)
