@@ -51,13 +51,17 @@ CREATE_SQL = f"""WITH bound AS (
     FROM (SELECT 1) AS one LEFT JOIN inserted ON true LEFT JOIN active ON true"""
 # Oldest first; a writer only when no writer of its thread runs or waits ahead of it.
 # SKIP LOCKED: coordinators claiming at once take different runs instead of queueing.
+# The look for such a writer names both statuses, so that only the thread index can serve
+# it: written as "a pending run with a lower seq", the planner may take the pending runs'
+# index for it, and when the table's statistics lag (a burst of runs into a young table, no
+# ANALYZE yet) scan every pending run for each pending run: 173 ms a claim at 1,000 pending
+# runs, 1.4 s at 3,000 (12 and 20 ms this way).
 CLAIM_SQL = f"""WITH picked AS (
     SELECT r.run_id FROM bulksync_runs r
-    WHERE r.status = 'pending' AND r.graph_id = ANY(%(graphs)s) AND (r.kind IN {READS} OR (
+    WHERE r.status = 'pending' AND r.graph_id = ANY(%(graphs)s) AND (r.kind IN {READS} OR
         NOT EXISTS (SELECT 1 FROM bulksync_runs a WHERE a.thread_id = r.thread_id
-                    AND a.status = 'running' AND a.kind NOT IN {READS})
-        AND NOT EXISTS (SELECT 1 FROM bulksync_runs o WHERE o.thread_id = r.thread_id
-                    AND o.status = 'pending' AND o.kind NOT IN {READS} AND o.seq < r.seq)))
+                    AND a.kind NOT IN {READS} AND a.status IN ('pending', 'running')
+                    AND (a.status = 'running' OR a.seq < r.seq)))
     ORDER BY r.seq LIMIT %(limit)s
     FOR UPDATE OF r SKIP LOCKED)
 UPDATE bulksync_runs r SET status = 'running', owner = %(owner)s, heartbeat_at = now(),
