@@ -3,11 +3,11 @@
 ``submit`` puts the step into Redis once (the claim check: one hash with the shared state
 and each task's input), publishes the tasks — a node's small Send tasks several per message;
 into a Redis broker in the same round trip, else through Celery (``publish.py``) — and hands
-the step to the executor's one gatherer (``gatherer.py``), which blocks on every live step's
-inbox at once (``BLMPOP``; no polling, no connection held per step) and delivers results and
-custom events in arrival order. Tasks that already have a recorded result (a coordinator
-restarted mid-step) are delivered from Redis instead of running again. Storing the step is
-retried through a Redis outage of up to ``retry_window`` seconds.
+the step to the executor's one gatherer (``gatherer.py``), which blocks on the one inbox the
+workers of all its steps report to (``BLMPOP`` on one key; no polling, no connection held per
+step) and delivers results and custom events in arrival order. Tasks that already have a
+recorded result (a coordinator restarted mid-step) are delivered from Redis instead of running
+again. Storing the step is retried through a Redis outage of up to ``retry_window`` seconds.
 Each dispatched step is a ``CeleryStep`` (``step.py``).
 
 A task that runs longer than the executor's task time limit (``default_timeout``, else the

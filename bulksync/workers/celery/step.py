@@ -2,9 +2,9 @@
 
 The executor (``executor.py``) makes one per step it submits. Dispatching stores the step's
 state and inputs and publishes its messages in one round trip; the executor's gatherer hands
-each report from the step's inbox to ``receive``, and asks the step, every few moments, to
-look at its tasks' claims and deadlines and at keys Redis may have lost. Cancelling revokes
-the unfinished tasks and waits for the async ones already running to stop.
+the step its reports from the executor's inbox (``receive``), and asks the step, every few
+moments, to look at its tasks' claims and deadlines and at keys Redis may have lost.
+Cancelling revokes the unfinished tasks and waits for the async ones already running to stop.
 """
 
 from __future__ import annotations
