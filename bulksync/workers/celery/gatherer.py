@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 import time
 import uuid
@@ -117,6 +118,7 @@ class Gatherer:
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self.redis = client
         self.settings = settings
+        self._pid = os.getpid()
         self.id = uuid.uuid4().hex
         self.inbox = keys.inbox(self.id)
         self.taken = 0  # entries taken from the inbox so far (by the thread: see Backlog)
@@ -128,12 +130,15 @@ class Gatherer:
 
     def new_key(self) -> str:
         """A fresh step key whose reports come to this gatherer's inbox (``keys.inbox``)."""
-        return f"{self.id}.{uuid.uuid4().hex}"
+        with self._lock:
+            self._after_fork()
+            return f"{self.id}.{uuid.uuid4().hex}"
 
     def add(self, step: Gathered) -> None:
         """Gather ``step``'s reports from now on (its thread starts if it is not running):
         before the step's messages are published, so none of its reports is dropped."""
         with self._lock:
+            self._after_fork()
             self._steps[step.key] = step
             self._start()
 
@@ -141,8 +146,22 @@ class Gatherer:
         """Delete the keys ``names`` (results no restart needs any more) at the thread's
         next look at every step, soon; started for them if it is not running."""
         with self._lock:
+            self._after_fork()
             self._forgotten.extend(names)
             self._start()
+
+    def _after_fork(self) -> None:
+        """In a process forked from the one that made this gatherer (a server that builds
+        its executor, then forks its workers): an inbox of its own, and no thread yet. The
+        parent's thread is not in this process, and two processes blocking on one list
+        would take each other's reports. (The caller holds the lock.)"""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self.id = uuid.uuid4().hex
+        self.inbox = keys.inbox(self.id)
+        self.taken = 0
+        self._steps, self._forgotten, self._thread = {}, [], None
 
     def _start(self) -> bool:
         """Start the thread unless it runs (the caller holds the lock); whether it started."""

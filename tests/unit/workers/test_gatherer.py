@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis
 
+from bulksync import keys
 from bulksync.settings import Settings
 from bulksync.workers import wire
 from bulksync.workers.celery.gatherer import Backlog, Gatherer
@@ -324,3 +325,18 @@ def test_a_probe_reads_the_inbox_length_after_the_steps_reads() -> None:
     assert fake.executed[probe + 1] == ("llen", (g.inbox,))
     first = step.backlogs[0]
     assert (first.taken, first.through, first.empty) == (0, 4, False)
+
+
+def test_a_forked_copy_gathers_on_an_inbox_of_its_own() -> None:
+    """A server that builds its executor, then forks its workers: each child blocks on its
+    own list, or the children would take each other's reports."""
+    fake = ScriptedRedis(blpops=[], lpops=[])
+    g = gatherer(fake)
+    parents = g.new_key()
+    g._pid = -1  # as a forked child sees it: made in another process
+    step = FakeStep(g, owed=1)
+    assert keys.inbox(step.key) == g.inbox != keys.inbox(parents)
+    g.add(step)
+    fake.blpops.append(step.entry(b"mine"))
+    wait_closed(step)
+    assert {args for name, args in fake.executed if name == "blpop"} == {(g.inbox,)}
