@@ -26,6 +26,6 @@ def cancel_run(client: redis.Redis, run_id: str, settings: Settings) -> None:
     if steps:
         pipe = client.pipeline(transaction=False)
         for step in sorted(s.decode() for s in steps):
-            pipe.rpush(keys.inbox(step), wire.addressed(step, wire.CANCEL))
+            wire.report(pipe, step, wire.CANCEL)
             pipe.expire(keys.inbox(step), settings.step_ttl)
         pipe.execute()

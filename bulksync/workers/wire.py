@@ -28,6 +28,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any
 
+from bulksync import keys
 from bulksync.channels.base import MISSING
 from bulksync.checkpoint.base import Encoded, Serde
 from bulksync.checkpoint.serde import (
@@ -75,6 +76,12 @@ def addressed(step_key: str, entry: bytes) -> bytes:
     """``entry`` as pushed to the inbox of its step's gatherer, which holds the entries of
     all its steps (``keys.inbox``): the step key first, then ``|`` (no step key holds one)."""
     return step_key.encode() + _ADDRESS_END + entry
+
+
+def report(client: Any, step_key: str, *entries: bytes) -> None:
+    """Push ``entries`` for ``step_key``'s step to its gatherer's inbox, addressed, in order
+    (``client``: a Redis client, or a pipeline to queue the push on)."""
+    client.rpush(keys.inbox(step_key), *(addressed(step_key, e) for e in entries))
 
 
 def address_of(raw: bytes) -> tuple[str, bytes]:

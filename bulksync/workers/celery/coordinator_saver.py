@@ -121,7 +121,7 @@ class CoordinatorSaver:
         return value
 
     def _report(self, entry: bytes) -> None:
-        self.client.rpush(keys.inbox(self.step_key), wire.addressed(self.step_key, entry))
+        wire.report(self.client, self.step_key, entry)
 
 
 def serve(saver: CheckpointSaver | None, client: redis.Redis, kind: bytes, data: bytes) -> None:

@@ -229,8 +229,8 @@ class Delivery:
         if not task_ids:
             return
         key, r = self.step_key, self.runtime.redis()
-        entries = [wire.addressed(key, wire.STARTED + t.encode()) for t in task_ids]
-        self.runtime.retry(lambda: r.rpush(keys.inbox(key), *entries), "reporting starts")
+        entries = [wire.STARTED + t.encode() for t in task_ids]
+        self.runtime.retry(lambda: wire.report(r, key, *entries), "reporting starts")
 
     def _let_go(self, records: Sequence[Record]) -> None:
         """Stop renewing the claims of recorded results (the record dropped them)."""

@@ -137,8 +137,7 @@ class WorkerRuntime:
         step, fields, known, claimed, first = read
 
         def sink(namespace: Sequence[str], mode: str, chunk: Any) -> None:
-            event = wire.EVENT + wire.dumps_event(namespace, mode, chunk)
-            r.rpush(keys.inbox(step_key), wire.addressed(step_key, event))
+            wire.report(r, step_key, wire.EVENT + wire.dumps_event(namespace, mode, chunk))
 
         live = step.live(sink, CoordinatorSaver(r, step_key))
         todo, finished = [], []

@@ -551,7 +551,7 @@ class CeleryStep:
         self._queue_over(wake)
         # Workers stop the step's tasks already running (``stopper.py``).
         wake.set(keys.step_cancel(self.key), 1, ex=self.ex.settings.step_ttl)
-        wake.rpush(keys.inbox(self.key), wire.addressed(self.key, wire.CANCEL))  # wake the gatherer
+        wire.report(wake, self.key, wire.CANCEL)  # wake the gatherer
         wake.expire(keys.inbox(self.key), self.ex.settings.step_ttl)
         try:
             wake.execute()
