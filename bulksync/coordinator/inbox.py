@@ -5,8 +5,8 @@ block on its tasks' results it yields an :class:`Await` instead, and is sent bac
 results that have arrived (an empty list when the step's deadline passed first). Two
 drivers move it on:
 
-- :func:`drive` blocks its thread on the inbox: ``invoke``/``stream`` and child loops,
-  which own a thread anyway;
+- :func:`drive` blocks its thread on the inbox: ``invoke`` on its caller's thread,
+  ``stream`` on a thread of its own, and child loops, which own a thread anyway;
 - the coordinator service's :class:`~bulksync.coordinator.reactor.Reactor` holds no thread
   while a run waits: the inbox's ``wake`` hook tells it when a result came, and one of its
   few threads sends it on.
@@ -17,15 +17,18 @@ The executor delivers results from any thread (``Inbox.put``).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import queue
 import time
 from collections.abc import Callable, Generator
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from bulksync.coordinator import clock
 from bulksync.coordinator.executor import TaskResult
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class Inbox:
@@ -84,10 +87,27 @@ Steps = Generator[Await, list[TaskResult], T]
 
 
 def drive(steps: Steps[T]) -> T:
-    """Run ``steps`` to its end on this thread, blocking while it waits."""
+    """Run ``steps`` to its end on this thread, blocking while it waits. Interrupted while
+    it waits (Ctrl-C on the thread that runs ``invoke``), it closes ``steps`` before the
+    interruption goes on, so the loop stores what it holds then, not whenever the
+    generator is collected."""
     try:
         wait = next(steps)
         while True:
-            wait = steps.send(wait.inbox.take(wait.limit, wait.deadline))
+            try:
+                arrived = wait.inbox.take(wait.limit, wait.deadline)
+            except BaseException:
+                _close(steps)
+                raise
+            wait = steps.send(arrived)
     except StopIteration as stop:
         return cast(T, stop.value)
+
+
+def _close(steps: Steps[Any]) -> None:
+    """Close ``steps`` on the way out of an interruption, which is what the caller sees:
+    a failure to store what the loop held is logged."""
+    try:
+        steps.close()
+    except Exception:
+        log.exception("a run interrupted while it waited could not store what it held")

@@ -124,7 +124,7 @@ class SuperstepLoop:
         # has not started. A child loop shares its root's.
         self.abandoned = abandoned if abandoned is not None else threading.Event()
         self.stopped = False  # this loop's caller stopped it (its parent goes on)
-        self.blocking = False  # driven by ``run`` on a thread of its own (not by a reactor)
+        self.blocking = False  # driven by ``run`` on a thread it blocks (not by a reactor)
         self.cache_keys: dict[str, FullKey] = {}  # this step's tasks' node cache entries
         self._handle: StepHandle | None = None
         self.input = input

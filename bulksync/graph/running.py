@@ -9,6 +9,7 @@ driving many runs at once. ``GraphRuns`` is mixed into ``CompiledStateGraph``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import logging
 import os
@@ -50,6 +51,40 @@ class _Lifecycle:
     """A run's pause or resumption on its way to ``stream(lifecycle=...)``."""
 
     record: dict[str, Any]
+
+
+_RUN_OPTIONS = frozenset(
+    (
+        "output_keys",
+        "interrupt_before",
+        "interrupt_after",
+        "durability",
+        "context",
+        "control",
+    )
+)
+"""The options of ``stream`` a run's loop takes (``_open_run``); it ignores the others."""
+
+
+def _chunk_sink(
+    modes: Sequence[str],
+    subgraphs: bool,
+    on_chunk: Callable[[tuple[str, ...], str, Any], None],
+    lifecycle: Callable[[dict[str, Any]], None] | None,
+) -> Callable[[Any], None]:
+    """What a run's loop streams, for a caller called back on its own thread: the chunks of
+    ``modes`` (the root graph's only, unless ``subgraphs``) to ``on_chunk``, the lifecycle
+    records to ``lifecycle``."""
+
+    def put(item: Any) -> None:
+        if isinstance(item, _Lifecycle):
+            lifecycle(item.record)  # type: ignore[misc]
+            return
+        ns, mode, chunk = item
+        if (subgraphs or not ns) and mode in modes:
+            on_chunk(ns, mode, chunk)
+
+    return put
 
 
 class GraphRuns:
@@ -106,17 +141,65 @@ class GraphRuns:
         check_version(version)
         latest: Any = None
         interrupts: list[Any] = []
-        for item in self.stream(input, config, stream_mode=[PAUSES, "values"], **kw):
-            mode, chunk = item[-2:]  # (namespace, mode, chunk) with subgraphs=True
+
+        def take(ns: tuple[str, ...], mode: str, chunk: Any) -> None:
+            nonlocal latest
             if mode == PAUSES:  # the updates that carry interrupts, the only ones read
                 interrupts.extend(chunk[INTERRUPT])
             elif mode == "values":
                 latest = chunk
+
+        self._run_here(input, config, take, stream_mode=[PAUSES, "values"], **kw)
         if not interrupts:
             return latest
         if isinstance(latest, dict):
             return {**latest, INTERRUPT: interrupts}
         return {INTERRUPT: interrupts}
+
+    def _run_here(
+        self,
+        input: Any,
+        config: Mapping[str, Any] | None,
+        on_chunk: Callable[[tuple[str, ...], str, Any], None],
+        *,
+        stream_mode: str | Sequence[str],
+        subgraphs: bool = False,
+        debug: bool | None = None,
+        lifecycle: Callable[[dict[str, Any]], None] | None = None,
+        **options: Any,
+    ) -> None:
+        """``stream`` for a caller that waits for the end anyway (``invoke``): the run's loop
+        runs on this thread, and ``on_chunk(namespace, mode, chunk)`` gets, as they come,
+        the chunks ``stream(subgraphs=True)`` would yield. No thread is started and no
+        chunk crosses threads, as on LangGraph (what a thread of its own cost a short run
+        on a cluster: ``bench/RESULTS.md``, twenty-third stop).
+
+        The loop runs in an empty context, as on a thread of its own: what it sees of
+        context variables is what it saw there. ``options`` are ``stream``'s.
+        """
+        modes, _ = stream_modes(stream_mode, bool(debug or (debug is None and self.debug)))
+        put = _chunk_sink(modes, subgraphs, on_chunk, lifecycle)
+        loop, reports = self._open_run(
+            input,
+            config,
+            modes,
+            subgraphs,
+            put,
+            lifecycle=lifecycle,
+            **{k: v for k, v in options.items() if k in _RUN_OPTIONS},
+        )
+        scope = current_scope()
+        if scope is not None:  # run by a node (or awaited by ainvoke): stopped with its caller
+            scope.on_cancel(loop.abandon)
+        try:
+            outcome = contextvars.Context().run(loop.run)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # Ctrl-C: the step's queued tasks stop too
+                loop.abandon()
+            reports.failed(exc)
+            raise
+        reports.paused(outcome.status, loop.checkpoint.id, outcome.interrupts)
+        reports.ended(outcome.output)
 
     def stream(
         self,
@@ -230,15 +313,7 @@ class GraphRuns:
         ``options`` are ``stream``'s. The loop is returned, to ``abandon`` the run.
         """
         modes, _ = stream_modes(stream_mode, bool(self.debug))
-
-        def put(item: Any) -> None:
-            if isinstance(item, _Lifecycle):
-                lifecycle(item.record)  # type: ignore[misc]
-                return
-            ns, mode, chunk = item
-            if (subgraphs or not ns) and mode in modes:
-                on_chunk(ns, mode, chunk)
-
+        put = _chunk_sink(modes, subgraphs, on_chunk, lifecycle)
         loop, reports = self._open_run(
             input, config, modes, subgraphs, put, lifecycle=lifecycle, **options
         )

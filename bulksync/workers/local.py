@@ -1,10 +1,10 @@
 """The in-process executor: a step's tasks on a thread pool of this process.
 
 Send fan-out really runs in parallel here (up to ``max_concurrency`` threads); a step's
-lone sync task runs on the run's own thread, as on LangGraph (``StepLive.lone``); async nodes
-run on the async caller's event loop (else on a private one in their thread), cancelled when
-their step is (a caller breaking off the stream, a sibling failing). Results are delivered as
-tasks finish.
+lone sync task runs on the thread that drives the run (``invoke``'s caller's), as on
+LangGraph (``StepLive.lone``); async nodes run on the async caller's event loop (else on a
+private one in their thread), cancelled when their step is (a caller breaking off the
+stream, a sibling failing). Results are delivered as tasks finish.
 """
 
 from __future__ import annotations

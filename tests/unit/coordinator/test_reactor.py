@@ -117,6 +117,43 @@ def test_drive_blocks_until_the_loop_ends() -> None:
     assert drive(steps) == ["t0", "t1"]
 
 
+class _Interrupting(Inbox):
+    """An inbox whose wait is interrupted, as Ctrl-C interrupts the thread that drives."""
+
+    def take(self, limit: int, deadline: float | None) -> list[TaskResult]:
+        raise KeyboardInterrupt
+
+
+def _held(closed: list[str], fail: bool) -> Steps[None]:
+    """A loop waiting on an interrupted inbox that, closed, stores what it holds."""
+    try:
+        yield Await(_Interrupting(), 1, None)
+    except GeneratorExit:
+        closed.append("stored")
+        if fail:
+            raise RuntimeError("the store is down") from None
+        raise
+
+
+def test_drive_interrupted_while_it_waits_closes_the_loop_first() -> None:
+    closed: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        drive(_held(closed, fail=False))
+    assert closed == ["stored"]
+
+
+def test_a_loop_that_fails_to_close_leaves_the_interruption_to_the_caller(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The caller sees the Ctrl-C it pressed; the store's failure is logged."""
+    closed: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        drive(_held(closed, fail=True))
+    assert closed == ["stored"]
+    assert "could not store what it held" in caplog.text
+    assert "the store is down" in caplog.text
+
+
 def test_serial_runs_in_order_one_at_a_time(reactor: Reactor) -> None:
     serial = Serial(reactor)
     seen: list[int] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import operator
 import threading
 import time
@@ -115,13 +116,41 @@ def _threads_of(graph: Any, given: Where | None = None) -> list[str]:
 
 
 def test_a_lone_sync_task_runs_on_the_runs_own_thread() -> None:
-    """As on LangGraph: a step of one sync task starts no thread for it."""
+    """As on LangGraph: a step of one sync task starts no thread for it. ``invoke`` runs
+    the loop on its caller's thread, so the task runs there; ``stream`` runs it on a thread
+    of its own, so that its caller takes each chunk as it comes."""
     b = StateGraph(Where)
     b.add_node("a", _where).add_node("b", _where)
     b.add_edge(START, "a").add_edge("a", "b")
-    first, second = _threads_of(b.compile())
+    graph = b.compile()
+    assert _threads_of(graph) == [threading.current_thread().name] * 2
+    chunks = list(graph.stream({"threads": []}, stream_mode="values"))
+    first, second = chunks[-1]["threads"]
     assert first == second
     assert first.startswith("bulksync-run-")
+
+
+_CALLERS = contextvars.ContextVar[str]("callers")
+
+
+def _sees(state: Where) -> Where:
+    return {"threads": [_CALLERS.get("nothing")]}
+
+
+def test_a_run_sees_none_of_its_callers_context_variables() -> None:
+    """On its caller's thread (``invoke``) as on a thread of its own (``stream``), a run's
+    loop starts from an empty context: a lone task run by the loop sees the same."""
+    b = StateGraph(Where)
+    b.add_node("a", _sees).add_edge(START, "a")
+    graph = b.compile()
+    token = _CALLERS.set("the caller's")
+    try:
+        assert _threads_of(graph) == ["nothing"]
+        assert list(graph.stream({"threads": []}, stream_mode="values"))[-1] == {
+            "threads": ["nothing"]
+        }
+    finally:
+        _CALLERS.reset(token)
 
 
 def test_a_reactors_threads_never_run_a_node() -> None:

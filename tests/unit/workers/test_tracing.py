@@ -68,6 +68,20 @@ def test_a_failing_node_reports_its_error_on_its_run_and_the_graph_run() -> None
     assert recorder.errors == [("broken", "ValueError"), ("LangGraph", "ValueError")]
 
 
+def test_an_interrupted_run_reports_the_interruption_on_the_graph_run() -> None:
+    """``invoke`` runs the loop on its caller's thread: Ctrl-C there (here raised by the
+    node, which runs on that thread) ends the run, reported as it is raised."""
+
+    def stopped(state: State) -> dict[str, Any]:
+        raise KeyboardInterrupt
+
+    graph = StateGraph(State).add_node("stop", stopped).add_edge(START, "stop").compile()
+    recorder = Recorder()
+    with pytest.raises(KeyboardInterrupt):
+        graph.invoke({"value": 1}, {"callbacks": [recorder]})
+    assert ("LangGraph", "KeyboardInterrupt") in recorder.errors
+
+
 def test_a_graph_a_node_streams_with_its_config_runs_to_the_end() -> None:
     """The node's config carries a callback manager (not a list): the inner run's tasks get
     their stream handlers added to it."""
