@@ -72,9 +72,9 @@ def _chunk_sink(
     on_chunk: Callable[[tuple[str, ...], str, Any], None],
     lifecycle: Callable[[dict[str, Any]], None] | None,
 ) -> Callable[[Any], None]:
-    """What a run's loop streams, for a caller called back on its own thread: the chunks of
-    ``modes`` (the root graph's only, unless ``subgraphs``) to ``on_chunk``, the lifecycle
-    records to ``lifecycle``."""
+    """What a run's loop streams, handed on where it is streamed (no queue between threads):
+    the chunks of ``modes`` (the root graph's only, unless ``subgraphs``) to ``on_chunk``,
+    the lifecycle records to ``lifecycle``."""
 
     def put(item: Any) -> None:
         if isinstance(item, _Lifecycle):
