@@ -142,10 +142,12 @@ def test_one_thread_gathers_many_steps_and_drops_their_keys_when_done() -> None:
     fake = ScriptedRedis(blpops=[], lpops=[])
     g = gatherer(fake)
     a, b = FakeStep(g, owed=2), FakeStep(g, owed=1)
-    fake.blpops += [a.entry(b"a1"), b.entry(b"b1")]
-    fake.lpops += [[a.entry(b"a2")[1]], None]
     g.add(a)
     g.add(b)
+    # Scripted once both are gathered: an entry taken before its step joins is dropped.
+    with fake.lock:
+        fake.lpops += [[a.entry(b"a2")[1]], None]
+        fake.blpops += [a.entry(b"a1"), b.entry(b"b1")]
     wait_closed(a)
     wait_closed(b)
     assert a.received == [b"a1", b"a2"]
