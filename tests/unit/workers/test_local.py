@@ -115,7 +115,7 @@ def _threads_of(graph: Any, given: Where | None = None) -> list[str]:
     return list(out["threads"])
 
 
-def test_a_lone_sync_task_runs_on_the_runs_own_thread() -> None:
+def test_a_lone_sync_task_runs_on_the_thread_that_drives_the_run() -> None:
     """As on LangGraph: a step of one sync task starts no thread for it. ``invoke`` runs
     the loop on its caller's thread, so the task runs there; ``stream`` runs it on a thread
     of its own, so that its caller takes each chunk as it comes."""
