@@ -49,7 +49,7 @@ from bulksync.coordinator.executor import (
     StreamSink,
     TaskResult,
 )
-from bulksync.coordinator.inbox import Await, Inbox, Steps, drive
+from bulksync.coordinator.inbox import STREAMED, Await, Inbox, Steps, drive
 from bulksync.coordinator.ledger import Ledger
 from bulksync.coordinator.nested import ReplayState, start_subgraph_task
 from bulksync.coordinator.options import RunOptions
@@ -125,6 +125,7 @@ class SuperstepLoop:
         self.abandoned = abandoned if abandoned is not None else threading.Event()
         self.stopped = False  # this loop's caller stopped it (its parent goes on)
         self.blocking = False  # driven by ``run`` on a thread it blocks (not by a reactor)
+        self.read_here = False  # driven by its stream's reader (``inbox.Reading``)
         self.cache_keys: dict[str, FullKey] = {}  # this step's tasks' node cache entries
         self._handle: StepHandle | None = None
         self.input = input
@@ -207,13 +208,16 @@ class SuperstepLoop:
 
     # -- one step ---------------------------------------------------------------------
 
-    def tick(self) -> bool:
-        """Plan the next step; False when the run is over (done, or out of steps)."""
+    def _unless_abandoned(self) -> None:
         if self.abandoned.is_set() or self.stopped:
             raise TaskCancelledError(
                 "run abandoned: its caller stopped reading the stream; it stops before "
                 f"step {self.step}, its checkpoint saved"
             )
+
+    def tick(self) -> bool:
+        """Plan the next step; False when the run is over (done, or out of steps)."""
+        self._unless_abandoned()
         if self.step > self.stop:
             self.status = "out_of_steps"
             self._stream_checkpoint(self.plan())  # the last one saved, as a step would
@@ -251,6 +255,9 @@ class SuperstepLoop:
         where it waits for them (``inbox.py``)."""
         self._handle = None
         self.stream.flush()
+        if self.read_here:  # its reader takes the step's chunks before its tasks start
+            yield STREAMED
+            self._unless_abandoned()
         todo = self._from_cache([t for t in self.tasks.values() if t.id not in self.task_writes])
         if not todo:
             return

@@ -1,20 +1,18 @@
 """Running a compiled graph: ``invoke``, ``stream`` and ``start``, each run one ``SuperstepLoop``.
 
-For ``stream``/``invoke`` the loop runs on its own thread and streams ``(namespace, mode,
-chunk)`` events through a queue, so ``custom`` chunks and subgraph events arrive while the
-step is still running; ``start`` hands the loop to a ``Reactor`` instead, for a service
+For ``stream``/``invoke`` the loop runs on the caller's thread, as LangGraph's does, and
+streams ``(namespace, mode, chunk)`` events to it as they come (``inbox.Reading``): a step's
+chunks before the next step's tasks start, and ``custom`` chunks and subgraph events while
+the step is still running; ``start`` hands the loop to a ``Reactor`` instead, for a service
 driving many runs at once. ``GraphRuns`` is mixed into ``CompiledStateGraph``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import logging
 import os
-import queue
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +21,7 @@ from bulksync.config import addresses_own_thread, merge_configs
 from bulksync.constants import CHECKPOINT_ID, CHECKPOINT_NS, INTERRUPT, NS_SEP
 from bulksync.context import maybe_current_task
 from bulksync.coordinator.executor import Executor
+from bulksync.coordinator.inbox import Chunks, Reading
 from bulksync.coordinator.loop import Outcome, SuperstepLoop
 from bulksync.coordinator.nested import ReplayState, invoke_nested, recast_namespace
 from bulksync.coordinator.options import RunOptions, validate_recursion_limit
@@ -43,8 +42,6 @@ from bulksync.workers.tracing import RunCallbacks
 
 log = logging.getLogger(__name__)
 
-_DONE = object()
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Lifecycle:
@@ -53,38 +50,8 @@ class _Lifecycle:
     record: dict[str, Any]
 
 
-_RUN_OPTIONS = frozenset(
-    (
-        "output_keys",
-        "interrupt_before",
-        "interrupt_after",
-        "durability",
-        "context",
-        "control",
-    )
-)
-"""The options of ``stream`` a run's loop takes (``_open_run``); it ignores the others."""
-
-
-def _chunk_sink(
-    modes: Sequence[str],
-    subgraphs: bool,
-    on_chunk: Callable[[tuple[str, ...], str, Any], None],
-    lifecycle: Callable[[dict[str, Any]], None] | None,
-) -> Callable[[Any], None]:
-    """What a run's loop streams, handed on where it is streamed (no queue between threads):
-    the chunks of ``modes`` (the root graph's only, unless ``subgraphs``) to ``on_chunk``,
-    the lifecycle records to ``lifecycle``."""
-
-    def put(item: Any) -> None:
-        if isinstance(item, _Lifecycle):
-            lifecycle(item.record)  # type: ignore[misc]
-            return
-        ns, mode, chunk = item
-        if (subgraphs or not ns) and mode in modes:
-            on_chunk(ns, mode, chunk)
-
-    return put
+_BETWEEN_STEPS = frozenset(("values", "updates", "checkpoints", "tasks", "debug", PAUSES))
+"""Stream modes whose chunks come between steps: nothing a node streams while it runs."""
 
 
 class GraphRuns:
@@ -141,65 +108,17 @@ class GraphRuns:
         check_version(version)
         latest: Any = None
         interrupts: list[Any] = []
-
-        def take(ns: tuple[str, ...], mode: str, chunk: Any) -> None:
-            nonlocal latest
+        for item in self.stream(input, config, stream_mode=[PAUSES, "values"], **kw):
+            mode, chunk = item[-2:]  # (namespace, mode, chunk) with subgraphs=True
             if mode == PAUSES:  # the updates that carry interrupts, the only ones read
                 interrupts.extend(chunk[INTERRUPT])
             elif mode == "values":
                 latest = chunk
-
-        self._run_here(input, config, take, stream_mode=[PAUSES, "values"], **kw)
         if not interrupts:
             return latest
         if isinstance(latest, dict):
             return {**latest, INTERRUPT: interrupts}
         return {INTERRUPT: interrupts}
-
-    def _run_here(
-        self,
-        input: Any,
-        config: Mapping[str, Any] | None,
-        on_chunk: Callable[[tuple[str, ...], str, Any], None],
-        *,
-        stream_mode: str | Sequence[str],
-        subgraphs: bool = False,
-        debug: bool | None = None,
-        lifecycle: Callable[[dict[str, Any]], None] | None = None,
-        **options: Any,
-    ) -> None:
-        """``stream`` for a caller that waits for the end anyway (``invoke``): the run's loop
-        runs on this thread, and ``on_chunk(namespace, mode, chunk)`` gets, as they come,
-        the chunks ``stream(subgraphs=True)`` would yield. No thread is started and no
-        chunk crosses threads, as on LangGraph (what a thread of its own cost a short run
-        on a cluster: ``bench/RESULTS.md``, twenty-third stop).
-
-        The loop runs in an empty context, as on a thread of its own: what it sees of
-        context variables is what it saw there. ``options`` are ``stream``'s.
-        """
-        modes, _ = stream_modes(stream_mode, bool(debug or (debug is None and self.debug)))
-        put = _chunk_sink(modes, subgraphs, on_chunk, lifecycle)
-        loop, reports = self._open_run(
-            input,
-            config,
-            modes,
-            subgraphs,
-            put,
-            lifecycle=lifecycle,
-            **{k: v for k, v in options.items() if k in _RUN_OPTIONS},
-        )
-        scope = current_scope()
-        if scope is not None:  # run by a node (or awaited by ainvoke): stopped with its caller
-            scope.on_cancel(loop.abandon)
-        try:
-            outcome = contextvars.Context().run(loop.run)
-        except BaseException as exc:
-            if not isinstance(exc, Exception):  # Ctrl-C: the step's queued tasks stop too
-                loop.abandon()
-            reports.failed(exc)
-            raise
-        reports.paused(outcome.status, loop.checkpoint.id, outcome.interrupts)
-        reports.ended(outcome.output)
 
     def stream(
         self,
@@ -234,13 +153,13 @@ class GraphRuns:
         """
         check_version(version)
         modes, bare = stream_modes(stream_mode, bool(debug or (debug is None and self.debug)))
-        events: queue.Queue[Any] = queue.Queue()
+        chunks = Chunks()
         loop, reports = self._open_run(
             input,
             config,
             modes,
             subgraphs,
-            events.put,
+            chunks.put,
             output_keys=output_keys,
             interrupt_before=interrupt_before,
             interrupt_after=interrupt_after,
@@ -249,33 +168,34 @@ class GraphRuns:
             control=control,
             lifecycle=lifecycle,
         )
-        outcome: list[Outcome] = []
-
-        def body() -> None:
-            try:
-                outcome.append(loop.run())
-                reports.paused(outcome[0].status, loop.checkpoint.id, outcome[0].interrupts)
-                events.put(_DONE)
-            except BaseException as exc:
-                events.put(exc)
-
         scope = current_scope()
         if scope is not None:  # run by a node (or read by astream): stopped with its caller
             scope.on_cancel(loop.abandon)
-        threading.Thread(target=body, name=f"bulksync-run-{self.name}", daemon=True).start()
+        loop.read_here = True
+        # As on LangGraph: a lone sync task runs on this thread, unless the caller reads
+        # what nodes stream as they run (tokens, custom chunks, subgraphs' chunks).
+        loop.blocking = not subgraphs and set(modes) <= _BETWEEN_STEPS
+        reading = Reading(
+            loop.steps(),
+            chunks,
+            lambda end: reports.paused(end.status, loop.checkpoint.id, end.interrupts),
+        )
+        items = reading.items()
         typed = self._part_maker() if version == "v2" else None
         ended = False
         try:
             while True:
-                item = events.get()
-                if item is _DONE:
+                try:
+                    item = next(items)
+                except StopIteration as stop:
+                    outcome: Outcome = stop.value
+                    break
+                except BaseException as exc:
+                    if reading.waiting:  # this thread was interrupted: the run stops (below)
+                        raise
                     ended = True
-                    reports.ended(outcome[0].output)
-                    return
-                if isinstance(item, BaseException):
-                    ended = True
-                    reports.failed(item)
-                    raise item
+                    reports.failed(exc)
+                    raise
                 if isinstance(item, _Lifecycle):
                     lifecycle(item.record)  # type: ignore[misc]
                     continue
@@ -286,9 +206,13 @@ class GraphRuns:
                     yield typed(ns, mode, chunk)
                 else:
                     yield frame(ns, mode, chunk, subgraphs=subgraphs, bare=bare)
+            ended = True
+            reports.ended(outcome.output)
         finally:
             if not ended:  # the caller broke off (or was cancelled): the run stops too
                 loop.abandon()
+                items.close()
+                reading.finish_elsewhere(f"bulksync-run-{self.name}")
                 reports.failed(asyncio.CancelledError())
 
     def start(
@@ -313,7 +237,15 @@ class GraphRuns:
         ``options`` are ``stream``'s. The loop is returned, to ``abandon`` the run.
         """
         modes, _ = stream_modes(stream_mode, bool(self.debug))
-        put = _chunk_sink(modes, subgraphs, on_chunk, lifecycle)
+
+        def put(item: Any) -> None:
+            if isinstance(item, _Lifecycle):
+                lifecycle(item.record)  # type: ignore[misc]
+                return
+            ns, mode, chunk = item
+            if (subgraphs or not ns) and mode in modes:
+                on_chunk(ns, mode, chunk)
+
         loop, reports = self._open_run(
             input, config, modes, subgraphs, put, lifecycle=lifecycle, **options
         )

@@ -116,18 +116,19 @@ def _threads_of(graph: Any, given: Where | None = None) -> list[str]:
 
 
 def test_a_lone_sync_task_runs_on_the_thread_that_drives_the_run() -> None:
-    """As on LangGraph: a step of one sync task starts no thread for it. ``invoke`` runs
-    the loop on its caller's thread, so the task runs there; ``stream`` runs it on a thread
-    of its own, so that its caller takes each chunk as it comes."""
+    """As on LangGraph: a step of one sync task starts no thread for it; it runs on the
+    caller's thread, which drives the run. Unless the caller reads what nodes stream as
+    they run: then it runs beside the reader, which takes each chunk as it comes."""
     b = StateGraph(Where)
     b.add_node("a", _where).add_node("b", _where)
     b.add_edge(START, "a").add_edge("a", "b")
     graph = b.compile()
-    assert _threads_of(graph) == [threading.current_thread().name] * 2
-    chunks = list(graph.stream({"threads": []}, stream_mode="values"))
-    first, second = chunks[-1]["threads"]
-    assert first == second
-    assert first.startswith("bulksync-run-")
+    here = threading.current_thread().name
+    assert _threads_of(graph) == [here] * 2
+    values = list(graph.stream({"threads": []}, stream_mode="values"))
+    assert values[-1]["threads"] == [here] * 2
+    live = list(graph.stream({"threads": []}, stream_mode=["values", "custom"]))
+    assert here not in live[-1][1]["threads"]
 
 
 _CALLERS = contextvars.ContextVar[str]("callers")
@@ -138,8 +139,8 @@ def _sees(state: Where) -> Where:
 
 
 def test_a_run_sees_none_of_its_callers_context_variables() -> None:
-    """On its caller's thread (``invoke``) as on a thread of its own (``stream``), a run's
-    loop starts from an empty context: a lone task run by the loop sees the same."""
+    """On its caller's thread, a run's loop starts from an empty context, as on a thread of
+    its own: a lone task run by the loop sees the same."""
     b = StateGraph(Where)
     b.add_node("a", _sees).add_edge(START, "a")
     graph = b.compile()
