@@ -93,19 +93,21 @@ Steps = Generator[Await, list[TaskResult], T]
 STREAMED = Await(Inbox(), 0, None)
 """What a loop its stream's reader drives (:class:`Reading`) yields once a step's chunks are
 streamed, before the step's tasks start: the reader takes them first, as on LangGraph. It is
-sent nothing back; other drivers never see it."""
+sent nothing back; the reactor never sees it."""
 
 
-def drive(steps: Steps[T]) -> T:
-    """Run ``steps`` to its end on this thread, blocking while it waits. Interrupted while
-    it waits (Ctrl-C on the thread of a lone node that invoked a subgraph), it closes
-    ``steps`` before the interruption goes on, so the loop stores what it holds then, not
-    whenever the generator is collected."""
+def drive(steps: Steps[T], wait: Await | None = None) -> T:
+    """Run ``steps`` to its end on this thread, blocking while it waits; from ``wait`` when
+    it waits already (a loop another driver started). Interrupted while it waits (Ctrl-C on
+    the thread of a lone node that invoked a subgraph), it closes ``steps`` before the
+    interruption goes on, so the loop stores what it holds then, not whenever the generator
+    is collected."""
     try:
-        wait = next(steps)
+        if wait is None:
+            wait = next(steps)
         while True:
             try:
-                arrived = wait.inbox.take(wait.limit, wait.deadline)
+                arrived = [] if wait is STREAMED else wait.inbox.take(wait.limit, wait.deadline)
             except BaseException:
                 _close(steps)
                 raise
@@ -236,17 +238,10 @@ class Reading(Generic[T]):
         if wait is None:
             return
 
-        def rest(pending: Await) -> None:
+        def rest() -> None:
             try:
-                while True:
-                    if pending is STREAMED:
-                        arrived: list[TaskResult] = []
-                    else:
-                        arrived = pending.inbox.take(pending.limit, pending.deadline)
-                    pending = self._context.run(self._steps.send, arrived)
-            except StopIteration:
-                pass
+                self._context.run(drive, self._steps, wait)
             except BaseException as exc:  # an abandoned run stops so
                 log.debug("a run whose reader stopped ended with %r", exc)
 
-        threading.Thread(target=rest, args=(wait,), name=name, daemon=True).start()
+        threading.Thread(target=rest, name=name, daemon=True).start()
