@@ -472,12 +472,29 @@ def loads_checkpoint(serde: Serde, data: bytes) -> Checkpoint:
 
 
 def dumps_metadata(metadata: Mapping[str, Any]) -> str:
-    """Checkpoint metadata as JSON text; its values must be JSON (lists come back as lists)."""
-    for key, value in metadata.items():
+    """Checkpoint metadata as JSON text; its values must be JSON (lists come back as lists).
+
+    Encoded once (every commit stores metadata); only a value JSON refuses is looked for
+    key by key, to name it.
+    """
+    for key in metadata:
         if not isinstance(key, str):
             raise SerializationError(
                 f"Cannot store checkpoint metadata key {key!r}: metadata keys must be str."
             )
+    try:
+        return json.dumps(
+            dict(metadata), separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError):
+        _name_refused_value(metadata)
+        raise
+
+
+def _name_refused_value(metadata: Mapping[str, Any]) -> None:
+    """Raise ``SerializationError`` naming the first key of ``metadata`` whose value JSON
+    refuses (a date, NaN, an object)."""
+    for key, value in metadata.items():
         try:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
@@ -485,7 +502,6 @@ def dumps_metadata(metadata: Mapping[str, Any]) -> str:
                 f"Cannot store checkpoint metadata key '{key}': {exc}. Metadata holds only "
                 "str, int, float, bool, None and lists/dicts of them; convert the value first."
             ) from exc
-    return json.dumps(dict(metadata), separators=(",", ":"), ensure_ascii=False)
 
 
 def loads_metadata(text: str) -> dict[str, Any]:

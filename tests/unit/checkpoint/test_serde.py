@@ -422,6 +422,8 @@ def test_metadata_is_json() -> None:
     metadata = {"source": "loop", "step": 3, "parents": {"": "id"}, "flag": True, "x": None}
     assert loads_metadata(dumps_metadata(metadata)) == metadata
     with pytest.raises(SerializationError, match="metadata key 'when'"):
-        dumps_metadata({"when": datetime.date(2020, 1, 1)})
+        dumps_metadata({"source": "loop", "when": datetime.date(2020, 1, 1)})
+    with pytest.raises(SerializationError, match="metadata key 'score'"):
+        dumps_metadata({"source": "loop", "score": [1.0, float("nan")]})
     with pytest.raises(SerializationError, match="keys must be str"):
         dumps_metadata({1: "x"})  # type: ignore[dict-item]
