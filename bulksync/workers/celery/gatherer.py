@@ -28,8 +28,8 @@ tenth of the thread's time however many steps are in flight. The results of a st
 checkpoint is committed (``forget``) are deleted then too, off the loop's thread.
 
 Redis errors are logged and retried after ``reconnect_wait`` seconds, for as long as steps
-wait: an outage delays a step, it never fails one. The thread ends when no step is left and
-starts again with the next one.
+wait: an outage delays a step, it never fails one. The thread ends once no step is left and
+none finished for ``LINGER`` seconds, and starts again with the next one.
 """
 
 from __future__ import annotations
@@ -56,6 +56,12 @@ CHORES = 0.05
 """Seconds between two looks at every step (task deadlines, claim surveys, finished steps):
 a deadline is seen at most this late — or, when so many steps are in flight that a look
 takes longer than a tenth of that, nine looks' time late."""
+
+
+LINGER = CHORES
+"""Seconds the thread waits on the inbox after the last step finished, before it ends: a
+step dispatched meanwhile (a loop's next step, or the next run's first) needs no new
+thread."""
 
 
 FORGET_BATCH = 1000
@@ -195,6 +201,7 @@ class Gatherer:
     def _run(self) -> None:
         next_probe = time.monotonic() + self.settings.idle_wait
         chores_due = 0.0
+        last_left = time.monotonic()  # when a step was last dropped, finished
         while True:
             try:
                 now = time.monotonic()
@@ -202,8 +209,15 @@ class Gatherer:
                     # The chores look at every step: done at most every CHORES seconds, not
                     # after each report, so a thousand steps in flight cost no more per report.
                     began = now
-                    steps = self._close_finished()
+                    steps, dropped = self._close_finished()
+                    last_left = now if dropped else last_left
                     if not steps:
+                        if now - last_left < LINGER:
+                            # A loop's next step, or the next run's first, often comes
+                            # within milliseconds: its reports find the thread still there.
+                            chores_due = min(last_left + LINGER, now + CHORES)
+                            self._turn_once(chores_due)
+                            continue
                         with self._lock:  # (the lock add() and forget() start threads under)
                             if not self._steps and not self._forgotten:
                                 self._thread = None
@@ -330,9 +344,9 @@ class Gatherer:
             except Exception:  # a bug in one step's handling must not stall the others
                 log.exception("gatherer: handling the replies of step %s failed", step.key)
 
-    def _close_finished(self) -> list[Gathered]:
+    def _close_finished(self) -> tuple[list[Gathered], int]:
         """Drop the steps that owe nothing more (and their Redis keys) and the keys
-        forgotten; the other steps."""
+        forgotten; the other steps, and how many were dropped."""
         with self._lock:
             done = [s for s in self._steps.values() if not s.is_open()]
             for step in done:
@@ -354,4 +368,4 @@ class Gatherer:
                     len(forgotten),
                     exc,
                 )
-        return left
+        return left, len(done)

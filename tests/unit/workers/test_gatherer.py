@@ -13,6 +13,7 @@ import redis
 from bulksync import keys
 from bulksync.settings import Settings
 from bulksync.workers import wire
+from bulksync.workers.celery import gatherer as gathering
 from bulksync.workers.celery.gatherer import Backlog, Gatherer
 
 WAIT = 10.0
@@ -83,12 +84,14 @@ class FakeStep:
         self.received: list[bytes] = []
         self.closed = threading.Event()
         self.backlogs: list[Backlog] = []
+        self.receivers: set[threading.Thread] = set()  # the threads that handed it entries
 
     def entry(self, body: bytes) -> tuple[bytes, bytes]:
         """What BLPOP answers for ``body`` addressed to this step."""
         return (self.key.encode(), wire.addressed(self.key, body))
 
     def receive(self, entries: Sequence[bytes]) -> None:
+        self.receivers.add(threading.current_thread())
         self.received.extend(entries)
         if len(self.received) >= self.owed:
             self.closed.set()
@@ -241,6 +244,50 @@ def test_a_step_joining_a_running_gatherer_needs_no_wake_up() -> None:
     fake.blpops += [b.entry(b"b1"), a.entry(b"a1")]
     wait_closed(a)
     wait_closed(b)
+
+
+def wait_dropped(g: Gatherer) -> None:
+    """Wait until the gatherer's chores dropped its finished steps."""
+    deadline = time.monotonic() + WAIT
+    while g.steps and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert g.steps == 0
+
+
+def test_the_thread_outlives_its_last_step_and_gathers_the_next_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(gathering, "LINGER", WAIT)  # however slow this machine is
+    fake = ScriptedRedis(blpops=[], lpops=[None, None])
+    g = gatherer(fake)
+    a = FakeStep(g, owed=1)
+    g.add(a)
+    fake.blpops.append(a.entry(b"a1"))
+    wait_closed(a)
+    wait_dropped(g)  # no step left: the thread waits on the inbox
+    b = FakeStep(g, owed=1)
+    g.add(b)
+    fake.blpops.append(b.entry(b"b1"))
+    wait_closed(b)
+    assert a.receivers == b.receivers  # one thread gathered both
+    assert not g.join(0.2)  # and still waits for another step
+    monkeypatch.setattr(gathering, "LINGER", 0.0)
+    assert g.join(WAIT)  # ends at its next look
+
+
+def test_the_thread_ends_once_no_step_came_for_a_while() -> None:
+    fake = ScriptedRedis(blpops=[], lpops=[None])
+    g = gatherer(fake)
+    a = FakeStep(g, owed=1)
+    g.add(a)
+    fake.blpops.append(a.entry(b"a1"))
+    wait_closed(a)
+    assert g.join(WAIT)
+    b = FakeStep(g, owed=1)
+    g.add(b)  # a new thread starts for it
+    fake.blpops.append(b.entry(b"b1"))
+    wait_closed(b)
+    assert g.join(WAIT)
 
 
 def test_a_removed_step_is_not_gathered_and_its_entries_are_dropped() -> None:
