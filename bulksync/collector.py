@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
+from types import TracebackType
 from typing import Final
 
 WIDE: Final = 256
@@ -37,16 +37,28 @@ _holders = 0  # threads inside a pause now
 _resume = False  # whether the collector was on when the pause began
 
 
-@contextmanager
-def paused(items: int) -> Iterator[None]:
-    """Run the block with the collector paused when it handles ``items`` >= ``WIDE`` items."""
-    if items < WIDE:
-        yield
-        return
-    _enter()
-    try:
-        yield
-    finally:
+def paused(items: int) -> AbstractContextManager[None]:
+    """A context running its block with the collector paused when it handles ``items`` >=
+    ``WIDE`` items; below, one shared context that does nothing (some callers enter it once
+    per task result: it costs no generator there)."""
+    return _Pause() if items >= WIDE else _UNPAUSED
+
+
+_UNPAUSED: Final = nullcontext()
+
+
+class _Pause(AbstractContextManager[None]):
+    """The collector paused from ``__enter__`` to ``__exit__`` (shared with other threads)."""
+
+    def __enter__(self) -> None:
+        _enter()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         _leave()
 
 
