@@ -59,6 +59,23 @@ class Rounds(Generic[E]):
         """Whether a round is being sent."""
         return self._busy
 
+    def take(self) -> bool:
+        """Hold the rounds for a send of the caller's own, when none is being sent and none
+        waits (False: busy). Callers that join meanwhile wait; ``give_back`` lets them go."""
+        with self._lock:
+            if self._busy or self._waiting:
+                return False
+            self._busy = True
+            return True
+
+    def give_back(self) -> None:
+        """End the send ``take`` held the rounds for: the longest waiting caller sends the
+        next round, with everything that waited."""
+        with self._lock:
+            self._busy = False
+            if self._waiting and self._waiting[0].woken is not None:
+                self._waiting[0].woken.notify()
+
     def join(self, entry: E, send: Callable[[list[E]], None]) -> None:
         """Return once a round holding ``entry`` was sent: by another caller, or by this one
         (``send`` called with the entries that waited longest, this one among them)."""

@@ -132,6 +132,39 @@ def test_a_failing_round_raises_for_its_sender_only() -> None:
     assert sender.batches[-1] == ["d"]
 
 
+def test_a_send_taken_alone_holds_the_others_until_given_back() -> None:
+    rounds: Rounds[str] = Rounds()
+    sender = Sender()
+    sender.release()
+    assert rounds.take()
+    assert rounds.busy and not rounds.take()  # one at a time
+    others = [start(rounds, name, sender) for name in "ab"]
+    wait_for(lambda: rounds.waiting == 2)
+    assert sender.batches == []
+    rounds.give_back()
+    for thread in others:
+        thread.join(WAIT)
+        assert not thread.is_alive()
+    assert [sorted(b) for b in sender.batches] == [["a", "b"]]  # together, once let go
+    assert not rounds.busy and rounds.take()
+    rounds.give_back()
+
+
+def test_a_send_is_not_taken_while_a_round_is_sent_or_waited_for() -> None:
+    rounds: Rounds[str] = Rounds()
+    sender = Sender()
+    first = start(rounds, "a", sender)
+    sender.wait_entered()
+    assert not rounds.take()
+    second = start(rounds, "b", sender)
+    wait_for(lambda: rounds.waiting == 1)
+    sender.release()
+    for thread in (first, second):
+        thread.join(WAIT)
+    assert rounds.take()  # idle again
+    rounds.give_back()
+
+
 def test_a_round_holds_at_least_one_entry() -> None:
     with pytest.raises(ValueError, match="at least one entry"):
         Rounds(most=0)
