@@ -26,6 +26,11 @@ every fence first with one statement that never waits for a lease row
 outage), nothing of it is stored, and each of its commits is sent again alone, with its own
 fence, retries and errors, exactly as without company.
 
+**Sent now, confirmed later.** A loop commits each step with ``put_steps_soon`` and plans
+its next step while Postgres commits (``pg_flight.py``); the commit is confirmed before the
+step's tasks can start. While it is unconfirmed, it counts as the round on the wire: other
+threads' commits wait for it, then go together.
+
 Metadata is jsonb: ``list(filter=...)`` matches strings, ``None`` and numbers/bools (by value,
 like Python's ``==``) in SQL; lists, dicts and numbers beyond 2**53 are matched in Python after
 reading. jsonb keeps numbers as ``numeric``, so a float written in exponent form (``1e+23``)
@@ -90,6 +95,7 @@ from bulksync.checkpoint.base import (
     writes_sort_key,
 )
 from bulksync.checkpoint.pg_commits import Commit, Queued, queue_commits, queue_writes
+from bulksync.checkpoint.pg_flight import InFlight, supported
 from bulksync.checkpoint.pg_migrations import MIGRATIONS, apply_migrations
 from bulksync.checkpoint.pg_packed import Write, packed, unpacked
 from bulksync.checkpoint.pg_pool import RETRY_WINDOW, is_transient_postgres, open_pool
@@ -123,6 +129,9 @@ PAGE_SIZE = 100
 
 _Row = tuple[str, str, str, str | None, bytes, dict[str, Any]]
 
+
+_SPLIT = supported()
+"""Whether ``put_steps_soon`` can send a commit now and read its answer later."""
 
 _TOGETHER = 32
 """At most this many threads' commits share one transaction."""
@@ -286,6 +295,58 @@ class PostgresSaver(AsyncSaverMethods):
             LeaseLostError: on a ``fenced`` view, when another coordinator took the thread
                 (nothing is stored).
         """
+        entry, configs = self._commit_entry(steps)
+        self._commit(entry)
+        return configs
+
+    def put_steps_soon(
+        self, steps: Sequence[Step]
+    ) -> tuple[builtins.list[dict[str, Any]], Callable[[], None] | None]:
+        """``put_steps``, sent now and confirmed by the callable returned (None: confirmed
+        already), which raises what ``put_steps`` would. Meanwhile the caller may do its own
+        work, nothing that assumes the checkpoints stored, nor wait on anything (other
+        threads' commits wait for the confirmation: ``pg_flight.py``). Sent on its own when
+        no other commit is on the wire; else with the others, confirmed at once.
+
+        Raises:
+            SerializationError: a value that cannot be stored (nothing is sent).
+        """
+        entry, configs = self._commit_entry(steps)
+        rounds = self._shared.commits
+        if not (_SPLIT and self._shared.done and rounds.take()):
+            self._commit(entry)
+            return configs, None
+        try:
+            flight = InFlight.send(self.pool, [entry])
+        except Exception as exc:
+            rounds.give_back()
+            _log.debug("sending %s failed (%s): sent again alone", entry.what, exc)
+            self._commit_alone(entry)
+            return configs, None
+        except BaseException:
+            rounds.give_back()
+            raise
+        if flight is None:  # (a pool without autocommit)
+            rounds.give_back()
+            self._commit(entry)
+            return configs, None
+
+        def land() -> None:
+            failed: Exception | None = None
+            try:
+                flight.land()
+            except Exception as exc:
+                failed = exc
+            finally:
+                rounds.give_back()
+            if failed is not None:
+                _log.debug("committing %s failed (%s): sent again alone", entry.what, failed)
+                self._commit_alone(entry)
+
+        return configs, land
+
+    def _commit_entry(self, steps: Sequence[Step]) -> tuple[Commit, builtins.list[dict[str, Any]]]:
+        """The commit storing ``steps`` (encoded here), and the configs of their checkpoints."""
         thread_id = config_thread(steps[0][0])[0]
         if thread_id == self._no_head:
             self._no_head = None  # the thread has a head from now on
@@ -306,10 +367,13 @@ class PostgresSaver(AsyncSaverMethods):
         token = self._fence[1] if self._fence and self._fence[0] == thread_id else None
         ids = ", ".join(step[2].id for step in steps)
         entry = Commit(thread_id, token, queued, f"checkpoint {ids} of thread {thread_id}")
+        return entry, configs
+
+    def _commit(self, entry: Commit) -> None:
+        """Commit ``entry`` in the next round, with other threads' commits that wait."""
         self._shared.commits.join(entry, self._commit_round)
         if entry.alone:  # its round failed: on its own now, with retries and its own error
             self._commit_alone(entry)
-        return configs
 
     def _commit_round(self, batch: builtins.list[Commit]) -> None:
         """Commit ``batch`` in one transaction, tried once; if that fails, each of its

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
+from bulksync.checkpoint import pg_flight
 from bulksync.checkpoint import postgres as postgres_module
 from bulksync.checkpoint.base import Checkpoint
 from bulksync.checkpoint.pg_migrations import FENCE_SQL, MIGRATIONS, apply_migrations
@@ -274,6 +275,116 @@ def test_a_step_a_stale_coordinator_commits_stores_neither_part(saver: PostgresS
             config, [([("a", "x")], "t-x", "")], checkpoint(1, {"a": 1}, {"a": 2}), {}, {"a": 2}
         )
     assert counts(saver) == before
+
+
+# --- commits sent now, confirmed later (pg_flight.py) ------------------------------------
+
+
+def a_step(config: dict[str, Any], step: int) -> Any:
+    """``put_step``'s arguments for checkpoint ``step`` after ``config``, with one write."""
+    ckpt = checkpoint(step, {"a": step}, {"a": step + 1})
+    return (config, [([("a", step)], f"t-{step}", "")], ckpt, {"step": step}, {"a": step + 1})
+
+
+def test_a_commit_sent_soon_is_stored_once_confirmed(saver: PostgresSaver) -> None:
+    assert pg_flight.supported()  # the installed psycopg takes the overlapped path
+    config = put_steps(saver, 1)
+    before = counts(saver)
+    (child,), confirm = saver.put_steps_soon([a_step(config, 1)])
+    assert confirm is not None
+    confirm()
+    head = saver.get_tuple(thread())
+    assert head is not None and head.config == child
+    assert head.checkpoint.channel_values == {"a": 1}
+    assert counts(saver) == (before[0] + 1, before[1] + 1)
+    stored = saver.get_tuple(config)
+    assert stored is not None and ("t-1", "a", 1) in stored.pending_writes
+
+
+def test_a_commit_whose_connection_dies_in_flight_is_stored_once(
+    saver: PostgresSaver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    land = pg_flight.InFlight.land
+    killed: list[int] = []
+
+    def killing(flight: pg_flight.InFlight) -> None:
+        pid = flight._conn.info.backend_pid
+        killed.extend(r[0] for r in query(saver, "SELECT pg_terminate_backend(%s)", (pid,)))
+        land(flight)
+
+    monkeypatch.setattr(pg_flight.InFlight, "land", killing)
+    config = put_steps(saver, 1)
+    before = counts(saver)
+    (child,), confirm = saver.put_steps_soon([a_step(config, 1)])
+    assert confirm is not None
+    confirm()  # its answer is lost with the connection: sent again, alone
+    assert killed == [True]
+    assert counts(saver) == (before[0] + 1, before[1] + 1)
+    head = saver.get_tuple(thread())
+    assert head is not None and head.config == child
+
+
+def test_a_commit_sent_soon_by_a_stale_coordinator_fails_when_confirmed(
+    saver: PostgresSaver,
+) -> None:
+    stale = saver.fenced("t1", saver.acquire_lease("t1", "a", 30) or 0)
+    config = stale.put(thread(), checkpoint(0, {"a": 0}, {"a": 1}), {}, {"a": 1})
+    expire(saver, "t1")
+    assert saver.acquire_lease("t1", "b", 30) == 2
+    before = counts(saver)
+    _, confirm = stale.put_steps_soon([a_step(config, 1)])
+    assert confirm is not None
+    with pytest.raises(LeaseLostError, match="another coordinator took it over"):
+        confirm()
+    assert counts(saver) == before
+
+
+def test_other_threads_commits_wait_for_one_in_flight_then_go_together(
+    saver: PostgresSaver,
+) -> None:
+    config = put_steps(saver, 1)
+    (child,), confirm = saver.put_steps_soon([a_step(config, 1)])
+    assert confirm is not None
+    others = [threading.Thread(target=put_steps, args=(saver, 1, f"other-{i}")) for i in range(3)]
+    for other in others:
+        other.start()
+    deadline = time.monotonic() + 10
+    while saver._shared.commits.waiting < 3:
+        assert time.monotonic() < deadline, "the other commits did not wait"
+        time.sleep(0.002)
+    assert all(other.is_alive() for other in others)
+    confirm()
+    for other in others:
+        other.join(10)
+        assert not other.is_alive()
+    for i in range(3):
+        assert saver.get_tuple(thread(f"other-{i}")) is not None
+    head = saver.get_tuple(thread())
+    assert head is not None and head.config == child
+    # A commit sent while others are on the wire goes with them, confirmed at once.
+    assert saver._shared.commits.take()
+    try:
+        sent = threading.Thread(target=saver.put_steps_soon, args=([a_step(child, 2)],))
+        sent.start()
+        while saver._shared.commits.waiting < 1:
+            assert time.monotonic() < deadline + 10, "the commit did not wait"
+            time.sleep(0.002)
+    finally:
+        saver._shared.commits.give_back()
+    sent.join(10)
+    assert not sent.is_alive()
+    head = saver.get_tuple(thread())
+    assert head is not None and head.checkpoint.channel_values == {"a": 2}
+
+
+def test_a_pool_without_autocommit_confirms_a_commit_at_once(pg_schema: str) -> None:
+    with ConnectionPool(pg_schema, min_size=1, max_size=2, open=True) as pool:
+        pg_saver = PostgresSaver(pool)
+        config = put_steps(pg_saver, 1)
+        (child,), confirm = pg_saver.put_steps_soon([a_step(config, 1)])
+        assert confirm is None  # its sync would not end the transaction: sent as before
+        head = pg_saver.get_tuple(thread())
+        assert head is not None and head.config == child
 
 
 def test_metadata_with_nul_is_refused(saver: PostgresSaver) -> None:
