@@ -151,6 +151,11 @@ class StepLive:
     """The step has this one task and no ``step_timeout``, and the thread submitting it is
     the run's own, free to wait for it: an in-process executor may run a sync node right
     there (as LangGraph does) rather than start a thread for it."""
+    starting: Callable[[], None] | None = None
+    """Stores the checkpoint the step starts from, if it is still on its way: an executor
+    whose ``calls_starting`` is true calls it right before the first of the step's tasks
+    can start (its messages sent), so that the loop's work before that overlaps the
+    commit; it may raise the commit's error (then nothing of the step may start)."""
 
 
 class StepHandle(Protocol):
@@ -170,7 +175,9 @@ class Executor(Protocol):
 
     A task stopped by ``StepHandle.cancel`` (or by the run being cancelled) is delivered with
     ``error=TaskCancelledError``; a task that outran the executor's task time limit with
-    ``TaskTimeoutError``.
+    ``TaskTimeoutError``. An executor with a true ``calls_starting`` attribute calls
+    ``StepLive.starting`` before any task of a step can start; for any other, the loop has
+    stored the step's checkpoint before ``submit``.
     """
 
     def submit(

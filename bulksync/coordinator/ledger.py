@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from bulksync import collector
@@ -36,6 +36,7 @@ from bulksync.checkpoint.base import (
     config_thread,
     decoded,
     put_step,
+    put_step_soon,
     put_steps,
     put_writes_batch,
     stores_steps_together,
@@ -213,6 +214,9 @@ class Ledger:
         self._hold = False
         # A checkpoint committed with ``defer``, not stored yet (``store_deferred``).
         self._deferred: Step | None = None
+        # The confirmation of a checkpoint committed ``soon``, and what waits for it.
+        self._in_flight: Callable[[], None] | None = None
+        self._when_stored: list[Callable[[], None]] = []
 
     @property
     def durable(self) -> bool:
@@ -228,6 +232,7 @@ class Ledger:
         updated_channels: set[str] | None,
         *,
         defer: bool = False,
+        soon: bool = False,
     ) -> None:
         """Make the checkpoint of ``step`` from the channels; store it unless durability waits.
 
@@ -235,6 +240,9 @@ class Ledger:
         store it at the end of a ``durability="exit"`` run. ``defer``: a saver that stores
         several checkpoints at once (``put_steps``) stores this one with the next, in one
         transaction, unless something else reaches the saver first (``store_deferred``).
+        ``soon``: a saver that can (``put_steps_soon``) is sent the commit now, confirmed
+        (``confirm``) when something else reaches the saver, a task is to start, or the loop
+        is to wait: meanwhile the loop plans its next step while Postgres commits.
         """
         exiting = source == "exit"
         if exiting and self.checkpoint.id == self._saved_id:
@@ -255,7 +263,7 @@ class Ledger:
             saved_parent = self._saved_config["configurable"].get(CHECKPOINT_ID)
             self.parent_config = self._saved_config if saved_parent else None
             stored = self._stored_checkpoint(channels, changed)
-            self.config = self._put_step(stored, changed, defer=defer)
+            self.config = self._put_step(stored, changed, defer=defer, soon=soon)
             self._saved_config = dict(self.config)
             self._saved_id = self.checkpoint.id
         elif not exiting:
@@ -347,20 +355,54 @@ class Ledger:
             self._put_batch(held)
 
     def store_deferred(self) -> None:
-        """Store the checkpoint ``commit(defer=True)`` held back, on its own: before the
-        writes recorded against it, or before a task that runs user code starts from it."""
+        """Store the checkpoint ``commit(defer=True)`` held back, on its own, and confirm the
+        one committed ``soon``: before the writes recorded against it, or before a task
+        that runs user code starts from it.
+
+        Raises:
+            LeaseLostError: the confirmed commit's thread moved to another coordinator.
+        """
+        self.confirm()
         deferred, self._deferred = self._deferred, None
         if deferred is not None:
             assert self.saver is not None  # only a saver's commit defers
             put_steps(self.saver, [deferred])
 
+    def confirm(self) -> None:
+        """Confirm the checkpoint committed ``soon``, if it is still on its way.
+
+        Raises:
+            LeaseLostError: its thread moved to another coordinator (nothing is stored).
+        """
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            in_flight()  # (what waits for it keeps waiting when it raises: nothing is lost)
+            when_stored, self._when_stored = self._when_stored, []
+            for call in when_stored:
+                call()
+
+    def when_stored(self, call: Callable[[], None]) -> None:
+        """``call()`` once the last checkpoint committed is stored: now, or when its commit
+        sent ``soon`` is confirmed (never, if that fails)."""
+        if self._in_flight is None:
+            call()
+        else:
+            self._when_stored.append(call)
+
     def _put_step(
-        self, stored: Checkpoint, changed: Mapping[str, Any], *, defer: bool = False
+        self,
+        stored: Checkpoint,
+        changed: Mapping[str, Any],
+        *,
+        defer: bool = False,
+        soon: bool = False,
     ) -> dict[str, Any]:
         """Store the held writes and ``stored`` after them, together when the saver can;
         after a deferred checkpoint, in the same transaction. ``defer``: hold ``stored``
-        back instead, where the saver can store it with the next (its config, as stored)."""
+        back instead, where the saver can store it with the next (its config, as stored).
+        ``soon``: send it, confirmed later (``commit``)."""
         assert self.saver is not None
+        self.confirm()  # one commit in flight at a time, confirmed in order
         if self._held and self.config != self._saved_config:
             self.flush()  # (held against another checkpoint than the parent: not one step)
         if defer and stores_steps_together(self.saver) and not self._held:
@@ -374,6 +416,8 @@ class Ledger:
         try:
             if deferred is not None:
                 config = put_steps(self.saver, [deferred, step])[-1]
+            elif soon:
+                config, self._in_flight = put_step_soon(self.saver, step)
             else:
                 config = put_step(self.saver, *step)
         except SerializationError:

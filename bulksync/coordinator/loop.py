@@ -198,11 +198,17 @@ class SuperstepLoop:
                 managed_values(self.spec.managed, self.step, self.stop),
             )
 
-    def commit(self, source: str, *, defer: bool = False) -> None:
-        """Commit the step's checkpoint and move on to the next step (``defer``: see
-        ``Ledger.commit``)."""
+    def commit(self, source: str, *, defer: bool = False, soon: bool = False) -> None:
+        """Commit the step's checkpoint and move on to the next step (``defer``, ``soon``:
+        see ``Ledger.commit``)."""
         self.ledger.commit(
-            source, self.channels, self.versions, self.step, self.updated_channels, defer=defer
+            source,
+            self.channels,
+            self.versions,
+            self.step,
+            self.updated_channels,
+            defer=defer,
+            soon=soon,
         )
         self.step += 1
 
@@ -256,18 +262,27 @@ class SuperstepLoop:
         self._handle = None
         self.stream.flush()
         if self.read_here:  # its reader takes the step's chunks before its tasks start
+            self.ledger.confirm()  # (no commit waits across a yield: see below)
             yield STREAMED
             self._unless_abandoned()
         todo = self._from_cache([t for t in self.tasks.values() if t.id not in self.task_writes])
         if not todo:
             return
-        if any(not self.spec.nodes[t.name].bookkeeping for t in todo):
-            self.ledger.store_deferred()  # user code starts from a stored checkpoint only
+        # User code starts from a stored checkpoint only: an executor that says so stores it
+        # itself (``StepLive.starting``), once the step is ready to go; else it is stored now.
+        gates = getattr(self.executor, "calls_starting", False)
+        if any(not self.spec.nodes[t.name].bookkeeping for t in todo) and not (
+            gates and all(self.spec.nodes[t.name].subgraph is None for t in todo)
+        ):
+            self.ledger.store_deferred()
         results = Inbox()
         # The step's tasks share one copy of the run-wide answer (a worker gets its own); the
         # run's answer is consumed when a task reports it took its copy (``_take``).
         step = _Gathering(answer=self.null_resume.peek(), several=len(todo) > 1)
         self._start_tasks(todo, step.answer, results.put)
+        # A commit confirmed late holds back every other commit of the saver's, so none is
+        # left unconfirmed across a yield: a reactor's threads may all be waiting on it.
+        self.ledger.confirm()
         deadline = clock.deadline(self.options.step_timeout)
         left = len(todo)
         while left:
@@ -304,6 +319,7 @@ class SuperstepLoop:
             self.cache,
             self.home,
             lone=self.blocking and len(todo) == 1 and self.options.step_timeout is None,
+            starting=self.ledger.store_deferred,
         )
         handle = self._handle = (
             self.executor.submit(self.spec, step_input, live, plain, deliver) if plain else None
@@ -460,7 +476,8 @@ class SuperstepLoop:
             self.stream.values(self.channels)
         self.ledger.pending.clear()
         self.is_replaying = False
-        self.commit("loop")
+        # The loop plans its next step while Postgres commits this one.
+        self.commit("loop", soon=True)
         self._forget_step()
         after = self.options.interrupt_after
         if after and should_interrupt(self.checkpoint, after, self.tasks.values()):
@@ -479,7 +496,9 @@ class SuperstepLoop:
         forget = getattr(self._handle, "forget", None)
         if forget is None:
             return
-        if self.ledger.durable or (self.saver is None and self.nesting is None):
+        if self.ledger.durable:
+            self.ledger.when_stored(forget)
+        elif self.saver is None and self.nesting is None:
             forget()
 
     def halt(self) -> None:
@@ -503,6 +522,8 @@ class SuperstepLoop:
         if self.saver is None:  # as LangGraph: no checkpoints to show without a saver
             return
         ledger = self.ledger
+        if self.stream.wants("checkpoints"):
+            ledger.confirm()  # a checkpoint streamed can be read back, as before
         self.stream.checkpoint(
             ledger.config,
             ledger.parent_config,

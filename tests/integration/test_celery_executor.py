@@ -31,6 +31,7 @@ from kombu.serialization import dumps as kombu_dumps
 
 from bulksync import keys
 from bulksync.checkpoint.memory import InMemorySaver
+from bulksync.checkpoint.postgres import PostgresSaver
 from bulksync.collector import WIDE
 from bulksync.config import get_stream_writer
 from bulksync.errors import (
@@ -274,6 +275,57 @@ def test_a_committed_steps_results_leave_redis(
     tasks = published.tasks()
     assert len(tasks) == 1 + 20 + 1
     assert wait_gone(redis_client, *result_keys(tasks))
+
+
+class Count(TypedDict):
+    i: int
+
+
+def test_each_step_starts_from_its_stored_checkpoint(
+    cluster: Any, published: Published, redis_client: redis.Redis, pg_schema: str
+) -> None:
+    # A loop on its own thread plans its next step while Postgres commits the last one
+    # (``pg_flight.py``): no task may start before that commit is confirmed, and a step's
+    # results leave Redis only once its checkpoint is stored.
+    with PostgresSaver.from_conn_string(pg_schema) as saver:
+        config = {"configurable": {"thread_id": uuid.uuid4().hex}}
+        events: list[tuple[str, int]] = []
+        put_steps_soon = saver.put_steps_soon
+
+        def sending(steps: Any) -> Any:
+            configs, confirm = put_steps_soon(steps)
+            step = steps[-1][3]["step"]
+
+            def confirming() -> None:
+                if confirm is not None:
+                    confirm()
+                events.append(("stored", step))
+
+            return configs, confirming
+
+        saver.put_steps_soon = sending  # type: ignore[method-assign]
+
+        def tick(state: Count) -> Count:
+            head = saver.get_tuple(config)
+            events.append(("tick from", head.metadata["step"] if head is not None else -9))
+            return {"i": state["i"] + 1}
+
+        b = StateGraph(Count)
+        b.add_node("tick", tick)
+        b.add_edge(START, "tick")
+        b.add_conditional_edges("tick", lambda s: "tick" if s["i"] < 5 else END, ["tick", END])
+        graph = attach(cluster, b.compile(checkpointer=saver), published)
+        assert graph.invoke({"i": 0}, config, durability="sync") == {"i": 5}
+        # The tick of step k + 1 starts from the checkpoint of step k, confirmed before it.
+        sent_soon = [("stored", k) for k in range(1, 6)]
+        ticks = [("tick from", k) for k in range(5)]
+        assert events == [
+            ticks[0],
+            *[e for k in range(1, 5) for e in (sent_soon[k - 1], ticks[k])],
+            sent_soon[4],
+        ]
+        assert [c.metadata["step"] for c in saver.list(config)] == list(range(5, -2, -1))
+        assert wait_gone(redis_client, *result_keys(published.tasks()))
 
 
 def test_under_durability_exit_results_stay_for_a_restart(

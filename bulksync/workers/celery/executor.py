@@ -58,6 +58,9 @@ class CeleryExecutor:
     ``bulksync worker --graph``); ``graph`` is the compiled graph this process runs.
     """
 
+    calls_starting = True
+    """A step's ``StepLive.starting`` is called once its messages are built, before they go."""
+
     def __init__(
         self,
         settings: Settings,

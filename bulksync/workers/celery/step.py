@@ -164,6 +164,8 @@ class CeleryStep:
                 replies = pipe.execute()
             return replies[0], flag is not None and bool(replies[flag])
 
+        if self.live.starting is not None:  # its checkpoint stored before any task can start
+            self.live.starting()
         results, cancelled = self._retry(store, "store the step")
         known = [res for res in results if res is not None]
         todo = tasks

@@ -61,15 +61,19 @@ def history(graph: Any, config: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def record_put_steps(saver: PostgresSaver) -> list[list[str]]:
-    """The sources of the checkpoints each ``put_steps`` call stores, call by call."""
+    """The sources of the checkpoints each ``put_steps`` (or ``put_steps_soon``) call
+    stores, call by call."""
     calls: list[list[str]] = []
-    put_steps = saver.put_steps
 
-    def recording(steps: Any) -> Any:
-        calls.append([metadata["source"] for _, _, _, metadata, _ in steps])
-        return put_steps(steps)
+    def recorded(put: Any) -> Any:
+        def recording(steps: Any) -> Any:
+            calls.append([metadata["source"] for _, _, _, metadata, _ in steps])
+            return put(steps)
 
-    saver.put_steps = recording  # type: ignore[method-assign]
+        return recording
+
+    saver.put_steps = recorded(saver.put_steps)  # type: ignore[method-assign]
+    saver.put_steps_soon = recorded(saver.put_steps_soon)  # type: ignore[method-assign]
     return calls
 
 
