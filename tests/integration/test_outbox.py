@@ -178,3 +178,85 @@ def test_a_steps_error_fails_that_step_only(redis_client: redis.Redis, cluster: 
     # It went in the same round trip as the failing ones, and has its answer all the same.
     assert good.get(timeout=WAIT) == ([b"not a number"], set())
     assert [len(b) for b in outbox.batches] == [1, 3]
+
+
+def test_a_lone_steps_start_is_confirmed_once_its_round_trip_is_built(
+    redis_client: redis.Redis, cluster: Any
+) -> None:
+    # The loop's checkpoint commit is confirmed as late as it can be (``StepLive.starting``):
+    # after the step's commands are made, before any of them reaches Redis.
+    key = f"bulksync-test-outbox-{uuid.uuid4().hex}"
+    _, outbox = gated(cluster, lambda s: {}, company=0)
+    order: list[str] = []
+
+    def commands(pipe: Any) -> None:
+        order.append("commands")
+        pipe.set(key, "stored", ex=60)
+
+    def starting() -> None:
+        order.append(f"starting, {redis_client.get(key)!r} in Redis")
+
+    assert outbox.send(commands, [], starting) == ([True], set())
+    assert order == ["commands", "starting, None in Redis"]
+
+    def refused() -> None:
+        raise RuntimeError("the commit it starts from failed")
+
+    other = f"{key}-other"
+    with pytest.raises(RuntimeError, match="the commit it starts from failed"):
+        outbox.send(lambda pipe: pipe.set(other, "x", ex=60), [], refused)
+    assert redis_client.get(other) is None  # nothing of it was sent
+
+
+def test_a_step_joining_others_confirms_its_start_before_it_joins(
+    redis_client: redis.Redis, cluster: Any
+) -> None:
+    key = f"bulksync-test-outbox-{uuid.uuid4().hex}"
+    _, outbox = gated(cluster, lambda s: {}, company=1)
+    started: list[bool] = []
+    first = background(lambda: outbox.send(lambda pipe: pipe.get(key), []))
+    deadline = time.monotonic() + WAIT
+    while not outbox._rounds.busy and time.monotonic() < deadline:  # it goes first, alone
+        time.sleep(0.005)
+
+    def refused() -> None:
+        raise RuntimeError("lease lost")
+
+    # While the first is on the wire: confirmed by the step's own thread, before it waits.
+    bad = background(lambda: outbox.send(lambda pipe: pipe.set(key, "x"), [], refused))
+    assert isinstance(bad.get(timeout=WAIT), RuntimeError)
+    assert outbox._rounds.waiting == 0  # it never joined
+    ok = background(
+        lambda: outbox.send(
+            lambda pipe: pipe.get(key), [], lambda: started.append(outbox._rounds.busy)
+        )
+    )
+    assert first.get(timeout=WAIT) == ([None], set())
+    assert ok.get(timeout=WAIT) == ([None], set())
+    assert started == [True]
+    assert redis_client.get(key) is None
+    assert [len(b) for b in outbox.batches] == [1, 1]
+
+
+def test_steps_that_found_the_outbox_idle_but_went_together_confirm_first(
+    redis_client: redis.Redis, cluster: Any
+) -> None:
+    # Two steps that each saw no round on the wire, and joined the same one all the same: the
+    # thread sending it confirms each one's start before it builds the round trip.
+    from bulksync.workers.celery.outbox import _Entry
+
+    key = f"bulksync-test-outbox-{uuid.uuid4().hex}"
+    _, outbox = gated(cluster, lambda s: {}, company=0)
+    started: list[str] = []
+
+    def refused() -> None:
+        raise RuntimeError("lease lost")
+
+    good = _Entry(lambda pipe: pipe.set(key, "good", ex=60), [], lambda: started.append("good"))
+    bad = _Entry(lambda pipe: pipe.set(f"{key}-bad", "bad", ex=60), [], refused)
+    outbox._send([good, bad])
+    assert started == ["good"]
+    assert good.error is None and good.replies == [True]
+    assert isinstance(bad.error, RuntimeError) and bad.replies == []
+    assert redis_client.get(key) == b"good"
+    assert redis_client.get(f"{key}-bad") is None

@@ -33,11 +33,17 @@ from bulksync.workers.celery.publish import DirectPublisher, Outgoing, merge
 class _Entry:
     """One step's commands and messages, and what became of them."""
 
-    __slots__ = ("commands", "messages", "replies", "joined", "error")
+    __slots__ = ("commands", "messages", "starting", "replies", "joined", "error")
 
-    def __init__(self, commands: Callable[[Any], None], messages: Sequence[Outgoing]) -> None:
+    def __init__(
+        self,
+        commands: Callable[[Any], None],
+        messages: Sequence[Outgoing],
+        starting: Callable[[], None] | None,
+    ) -> None:
         self.commands = commands
         self.messages = messages
+        self.starting = starting
         self.replies: list[Any] = []
         self.joined: set[str] = set()
         self.error: BaseException | None = None
@@ -53,18 +59,30 @@ class Outbox:
         self._rounds: Rounds[_Entry] = Rounds()
 
     def send(
-        self, commands: Callable[[Any], None], messages: Sequence[Outgoing]
+        self,
+        commands: Callable[[Any], None],
+        messages: Sequence[Outgoing],
+        starting: Callable[[], None] | None = None,
     ) -> tuple[list[Any], set[str]]:
         """Queue ``commands`` (called with the pipeline) and publish ``messages``, with the
         steps sent at the same moment; the replies to ``commands``, and the ids of
         ``messages`` joined with others'.
 
+        ``starting`` is called before anything of the step is sent, as late as it can be:
+        for a step sent alone, once its round trip is built (the checkpoint it starts from,
+        still being committed meanwhile, is confirmed then: ``StepLive.starting``); before
+        it joins, when others are on the wire.
+
         Raises:
             redis.RedisError: the round trip failed (for every step in it; each retries), or
                 one of ``commands`` did (for this step alone).
-            Exception: what ``commands`` raised (the other steps go without this one).
+            Exception: what ``commands`` or ``starting`` raised (the other steps go without
+                this one; nothing of it is sent).
         """
-        entry = _Entry(commands, messages)
+        if starting is not None and (self._rounds.busy or self._rounds.waiting):
+            starting()
+            starting = None
+        entry = _Entry(commands, messages, starting)
         self._rounds.join(entry, self._send)
         if entry.error is not None:
             raise entry.error
@@ -73,9 +91,14 @@ class Outbox:
     def _send(self, batch: list[_Entry]) -> None:
         """One round trip for ``batch``; each entry learns its replies, or its error."""
         try:
+            if len(batch) > 1:  # (a step that found the outbox idle, joined by others)
+                for entry in batch:
+                    _start(entry)
             pipe = self._redis.pipeline(transaction=False)
             sent: list[tuple[_Entry, int, int]] = []
             for entry in batch:
+                if entry.error is not None:
+                    continue
                 start = len(pipe)
                 try:
                     entry.commands(pipe)
@@ -87,6 +110,10 @@ class Outbox:
             messages = [m for entry, _, _ in sent for m in entry.messages]
             merged, joined = merge(messages, self._most) if len(sent) > 1 else (messages, set())
             self._direct.queue(pipe, merged)
+            if len(batch) == 1 and sent:
+                _start(batch[0])
+                if batch[0].error is not None:
+                    return  # nothing of it sent
             replies = pipe.execute(raise_on_error=False) if len(pipe) else []
         except BaseException as exc:  # the connection: every step's
             for entry in batch:
@@ -98,6 +125,16 @@ class Outbox:
             entry.replies = replies[start:end]
             entry.joined = {m.task_id for m in entry.messages} & joined
             entry.error = published or _error(entry.replies)
+
+
+def _start(entry: _Entry) -> None:
+    """Call ``entry``'s ``starting`` once; what it raises becomes the entry's error."""
+    starting, entry.starting = entry.starting, None
+    if starting is not None:
+        try:
+            starting()
+        except Exception as exc:
+            entry.error = exc
 
 
 def _error(replies: list[Any]) -> Exception | None:

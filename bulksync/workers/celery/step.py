@@ -155,17 +155,18 @@ class CeleryStep:
                 self.ex.gatherer.add(self)
 
         def store() -> tuple[list[Any], bool]:
+            # The checkpoint the step starts from is stored before any of it is sent.
             if outbox is not None:
-                replies, joined = outbox.send(commands, outgoing)
+                replies, joined = outbox.send(commands, outgoing, self.live.starting)
                 self._shared(joined)
             else:
+                if self.live.starting is not None:
+                    self.live.starting()
                 pipe = r.pipeline(transaction=False)
                 commands(pipe)
                 replies = pipe.execute()
             return replies[0], flag is not None and bool(replies[flag])
 
-        if self.live.starting is not None:  # its checkpoint stored before any task can start
-            self.live.starting()
         results, cancelled = self._retry(store, "store the step")
         known = [res for res in results if res is not None]
         todo = tasks
