@@ -126,6 +126,8 @@ class SuperstepLoop:
         self.stopped = False  # this loop's caller stopped it (its parent goes on)
         self.blocking = False  # driven by ``run`` on a thread it blocks (not by a reactor)
         self.read_here = False  # driven by its stream's reader (``inbox.Reading``)
+        # ... whose chunks go to its caller's code between steps (``stream``, not ``invoke``)
+        self.read_by_caller = True
         self.cache_keys: dict[str, FullKey] = {}  # this step's tasks' node cache entries
         self._handle: StepHandle | None = None
         self.input = input
@@ -262,7 +264,8 @@ class SuperstepLoop:
         self._handle = None
         self.stream.flush()
         if self.read_here:  # its reader takes the step's chunks before its tasks start
-            self.ledger.confirm()  # (no commit waits across a yield: see below)
+            if self.read_by_caller:  # whose code may reach the saver: its commit is done
+                self.ledger.confirm()
             yield STREAMED
             self._unless_abandoned()
         todo = self._from_cache([t for t in self.tasks.values() if t.id not in self.task_writes])

@@ -96,6 +96,7 @@ class GraphRuns:
             interrupt_before=interrupt_before,
             interrupt_after=interrupt_after,
             durability=durability,
+            _read_by_invoke=True,  # (``stream``: nothing but this method sees its chunks)
             **kwargs,
         )
         if stream_mode != "values":
@@ -172,6 +173,7 @@ class GraphRuns:
         if scope is not None:  # run by a node (or read by astream): stopped with its caller
             scope.on_cancel(loop.abandon)
         loop.read_here = True
+        loop.read_by_caller = not kwargs.get("_read_by_invoke", False)
         # As on LangGraph: a lone sync task runs on this thread, unless the caller reads
         # what nodes stream as they run (tokens, custom chunks, subgraphs' chunks).
         loop.blocking = not subgraphs and set(modes) <= _BETWEEN_STEPS
