@@ -18,7 +18,9 @@ def collector_on() -> Iterator[None]:
     was = gc.isenabled()
     gc.enable()
     yield
-    if not was:
+    if was:
+        gc.enable()  # (a test may have turned it off)
+    else:
         gc.disable()
 
 
