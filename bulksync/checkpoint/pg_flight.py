@@ -1,7 +1,7 @@
 """A checkpoint commit sent now and confirmed later: Postgres commits while the loop plans.
 
-A blocking loop's step ends with its checkpoint's commit, and the next step may not start its
-tasks before that commit is confirmed. Between the two the loop has work of its own — plan
+A loop's step ends with its checkpoint's commit, and the next step may not start its tasks
+before that commit is confirmed. Between the two the loop has work of its own — plan
 the next step, build its messages — and Postgres has its own: run the statements, flush its
 log. :class:`InFlight` lets them overlap on one thread: :meth:`InFlight.send` queues the
 commit's statements in pipeline mode and sends them with their sync (the transaction's
@@ -93,6 +93,9 @@ class InFlight:
         try:
             if pipeline is not None and not failed:
                 pipeline._exit(None)
+        except BaseException:
+            failed = True
+            raise
         finally:
             conn._pipeline = None
             if failed or pipeline is None:

@@ -332,9 +332,11 @@ def test_a_commit_sent_soon_by_a_stale_coordinator_fails_when_confirmed(
     expire(saver, "t1")
     assert saver.acquire_lease("t1", "b", 30) == 2
     before = counts(saver)
-    _, confirm = stale.put_steps_soon([a_step(config, 1)])
-    assert confirm is not None
+    # Raised where the fence's answer is read: while sending, if it came back by then, else
+    # when confirmed; nothing is stored either way.
     with pytest.raises(LeaseLostError, match="another coordinator took it over"):
+        _, confirm = stale.put_steps_soon([a_step(config, 1)])
+        assert confirm is not None
         confirm()
     assert counts(saver) == before
 
