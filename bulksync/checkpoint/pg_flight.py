@@ -10,18 +10,22 @@ end) without reading the answer; :meth:`InFlight.land` reads it, and raises its 
 psycopg's public ``Pipeline.sync`` sends and waits in one call; its two halves are the
 pipeline's own steps (``_enqueue_sync``, ``_communicate_gen``, ``_fetch_gen``, ``_exit``).
 :func:`supported` checks that the installed psycopg has them; where it does not, commits are
-sent and confirmed in one call, as before (``PostgresSaver.put_steps_soon``).
+sent and confirmed in one call, as before (:func:`commit_soon`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
 from bulksync.checkpoint.pg_commits import Commit, queue_commits
+from bulksync.rounds import Rounds
+
+_log = logging.getLogger("bulksync.checkpoint")
 
 _PIPELINE_STEPS = ("_enqueue_sync", "_communicate_gen", "_fetch_gen", "_exit")
 
@@ -30,6 +34,55 @@ def supported() -> bool:
     """Whether this psycopg's pipeline can be sent now and read later (module docstring)."""
     pipeline = getattr(psycopg, "Pipeline", None)
     return pipeline is not None and all(hasattr(pipeline, s) for s in _PIPELINE_STEPS)
+
+
+_SPLIT = supported()
+
+
+def commit_soon(
+    pool: ConnectionPool[Any],
+    rounds: Rounds[Commit],
+    entry: Commit,
+    commit: Callable[[Commit], None],
+    commit_alone: Callable[[Commit], None],
+) -> Callable[[], None] | None:
+    """Send ``entry`` on a connection of ``pool`` when no other commit is on the wire, and
+    return its confirmation; ``rounds`` are held until then, so other threads' commits wait
+    and go together after it. A confirmation whose answer fails sends ``entry`` again with
+    ``commit_alone`` (its retries, and its error). None: ``entry`` was committed here, by
+    ``commit`` (with other threads' commits) or, when sending failed, ``commit_alone``.
+    """
+    if not (_SPLIT and rounds.take()):
+        commit(entry)
+        return None
+    try:
+        flight = InFlight.send(pool, [entry])
+    except Exception as exc:
+        rounds.give_back()
+        _log.debug("sending %s failed (%s): sent again alone", entry.what, exc)
+        commit_alone(entry)
+        return None
+    except BaseException:
+        rounds.give_back()
+        raise
+    if flight is None:  # (a pool without autocommit)
+        rounds.give_back()
+        commit(entry)
+        return None
+
+    def confirm() -> None:
+        failed: Exception | None = None
+        try:
+            flight.land()
+        except Exception as exc:
+            failed = exc
+        finally:
+            rounds.give_back()
+        if failed is not None:
+            _log.debug("committing %s failed (%s): sent again alone", entry.what, failed)
+            commit_alone(entry)
+
+    return confirm
 
 
 class InFlight:

@@ -95,7 +95,7 @@ from bulksync.checkpoint.base import (
     writes_sort_key,
 )
 from bulksync.checkpoint.pg_commits import Commit, Queued, queue_commits, queue_writes
-from bulksync.checkpoint.pg_flight import InFlight, supported
+from bulksync.checkpoint.pg_flight import commit_soon
 from bulksync.checkpoint.pg_migrations import MIGRATIONS, apply_migrations
 from bulksync.checkpoint.pg_packed import Write, packed, unpacked
 from bulksync.checkpoint.pg_pool import RETRY_WINDOW, is_transient_postgres, open_pool
@@ -129,9 +129,6 @@ PAGE_SIZE = 100
 
 _Row = tuple[str, str, str, str | None, bytes, dict[str, Any]]
 
-
-_SPLIT = supported()
-"""Whether ``put_steps_soon`` can send a commit now and read its answer later."""
 
 _TOGETHER = 32
 """At most this many threads' commits share one transaction."""
@@ -312,38 +309,11 @@ class PostgresSaver(AsyncSaverMethods):
             SerializationError: a value that cannot be stored (nothing is sent).
         """
         entry, configs = self._commit_entry(steps)
+        if not self._shared.done:  # (the first commit applies the migrations)
+            self._commit(entry)
+            return configs, None
         rounds = self._shared.commits
-        if not (_SPLIT and self._shared.done and rounds.take()):
-            self._commit(entry)
-            return configs, None
-        try:
-            flight = InFlight.send(self.pool, [entry])
-        except Exception as exc:
-            rounds.give_back()
-            _log.debug("sending %s failed (%s): sent again alone", entry.what, exc)
-            self._commit_alone(entry)
-            return configs, None
-        except BaseException:
-            rounds.give_back()
-            raise
-        if flight is None:  # (a pool without autocommit)
-            rounds.give_back()
-            self._commit(entry)
-            return configs, None
-
-        def land() -> None:
-            failed: Exception | None = None
-            try:
-                flight.land()
-            except Exception as exc:
-                failed = exc
-            finally:
-                rounds.give_back()
-            if failed is not None:
-                _log.debug("committing %s failed (%s): sent again alone", entry.what, failed)
-                self._commit_alone(entry)
-
-        return configs, land
+        return configs, commit_soon(self.pool, rounds, entry, self._commit, self._commit_alone)
 
     def _commit_entry(self, steps: Sequence[Step]) -> tuple[Commit, builtins.list[dict[str, Any]]]:
         """The commit storing ``steps`` (encoded here), and the configs of their checkpoints."""

@@ -156,6 +156,20 @@ def test_a_shared_message_for_an_unloaded_graph_fails_each_of_its_runs(cluster: 
         assert f"graph '{unknown}'" in str(error) and loaded in str(error)
 
 
+def first_on_the_wire(outbox: Gated, key: str) -> Any:
+    """A step that reads ``key``, sent alone and held on the wire (``Gated``); its outcome."""
+    first = background(lambda: outbox.send(lambda pipe: pipe.get(key), []))
+    deadline = time.monotonic() + WAIT
+    while not outbox._rounds.busy and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return first
+
+
+def lease_lost() -> None:
+    """A step's ``starting`` whose commit failed."""
+    raise RuntimeError("lease lost")
+
+
 def test_a_steps_error_fails_that_step_only(redis_client: redis.Redis, cluster: Any) -> None:
     key = f"bulksync-test-outbox-{uuid.uuid4().hex}"
     redis_client.set(key, "not a number", ex=60)
@@ -165,10 +179,7 @@ def test_a_steps_error_fails_that_step_only(redis_client: redis.Redis, cluster: 
         pipe.get(key)
         raise ValueError("a bug in one step's commands")
 
-    first = background(lambda: outbox.send(lambda pipe: pipe.get(key), []))
-    deadline = time.monotonic() + WAIT
-    while not outbox._rounds.busy and time.monotonic() < deadline:  # it goes first, alone
-        time.sleep(0.005)
+    first = first_on_the_wire(outbox, key)
     bad_command = background(lambda: outbox.send(lambda pipe: pipe.incr(key), []))
     bad_step = background(lambda: outbox.send(broken, []))
     good = background(lambda: outbox.send(lambda pipe: pipe.get(key), []))
@@ -214,16 +225,10 @@ def test_a_step_joining_others_confirms_its_start_before_it_joins(
     key = f"bulksync-test-outbox-{uuid.uuid4().hex}"
     _, outbox = gated(cluster, lambda s: {}, company=1)
     started: list[bool] = []
-    first = background(lambda: outbox.send(lambda pipe: pipe.get(key), []))
-    deadline = time.monotonic() + WAIT
-    while not outbox._rounds.busy and time.monotonic() < deadline:  # it goes first, alone
-        time.sleep(0.005)
-
-    def refused() -> None:
-        raise RuntimeError("lease lost")
+    first = first_on_the_wire(outbox, key)
 
     # While the first is on the wire: confirmed by the step's own thread, before it waits.
-    bad = background(lambda: outbox.send(lambda pipe: pipe.set(key, "x"), [], refused))
+    bad = background(lambda: outbox.send(lambda pipe: pipe.set(key, "x"), [], lease_lost))
     assert isinstance(bad.get(timeout=WAIT), RuntimeError)
     assert outbox._rounds.waiting == 0  # it never joined
     ok = background(
@@ -249,11 +254,8 @@ def test_steps_that_found_the_outbox_idle_but_went_together_confirm_first(
     _, outbox = gated(cluster, lambda s: {}, company=0)
     started: list[str] = []
 
-    def refused() -> None:
-        raise RuntimeError("lease lost")
-
     good = _Entry(lambda pipe: pipe.set(key, "good", ex=60), [], lambda: started.append("good"))
-    bad = _Entry(lambda pipe: pipe.set(f"{key}-bad", "bad", ex=60), [], refused)
+    bad = _Entry(lambda pipe: pipe.set(f"{key}-bad", "bad", ex=60), [], lease_lost)
     outbox._send([good, bad])
     assert started == ["good"]
     assert good.error is None and good.replies == [True]

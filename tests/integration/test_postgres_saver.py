@@ -264,11 +264,18 @@ def test_a_steps_last_writes_and_its_checkpoint_are_stored_together(
     assert head.checkpoint.channel_values == {"a": 1}
 
 
-def test_a_step_a_stale_coordinator_commits_stores_neither_part(saver: PostgresSaver) -> None:
+def stale_view(saver: PostgresSaver) -> tuple[PostgresSaver, dict[str, Any]]:
+    """A view fenced with thread ``t1``'s first lease, after a checkpoint it stored, once
+    another coordinator took the lease over; with that checkpoint's config."""
     stale = saver.fenced("t1", saver.acquire_lease("t1", "a", 30) or 0)
     config = stale.put(thread(), checkpoint(0, {"a": 0}, {"a": 1}), {}, {"a": 1})
     expire(saver, "t1")
     assert saver.acquire_lease("t1", "b", 30) == 2
+    return stale, config
+
+
+def test_a_step_a_stale_coordinator_commits_stores_neither_part(saver: PostgresSaver) -> None:
+    stale, config = stale_view(saver)
     before = counts(saver)
     with pytest.raises(LeaseLostError, match="another coordinator took it over"):
         stale.put_step(
@@ -327,10 +334,7 @@ def test_a_commit_whose_connection_dies_in_flight_is_stored_once(
 def test_a_commit_sent_soon_by_a_stale_coordinator_fails_when_confirmed(
     saver: PostgresSaver,
 ) -> None:
-    stale = saver.fenced("t1", saver.acquire_lease("t1", "a", 30) or 0)
-    config = stale.put(thread(), checkpoint(0, {"a": 0}, {"a": 1}), {}, {"a": 1})
-    expire(saver, "t1")
-    assert saver.acquire_lease("t1", "b", 30) == 2
+    stale, config = stale_view(saver)
     before = counts(saver)
     # Raised where the fence's answer is read: while sending, if it came back by then, else
     # when confirmed; nothing is stored either way.
