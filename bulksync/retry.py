@@ -10,7 +10,7 @@ repetition changes nothing that matters.
 
 :func:`redis_client` builds a client whose pool *waits* for a free connection instead of
 raising ``MaxConnectionsError`` when all are in use, so a process's own load never fails a
-run; its size is a setting.
+run; its size is a setting. Its calls take the lean way (``redis_lean.py``).
 
 This module sits at the bottom of the layers: it knows no settings, callers pass numbers.
 """
@@ -25,6 +25,8 @@ from collections.abc import Callable
 from typing import Final, TypeVar
 
 import redis
+
+from bulksync.redis_lean import LeanRedis
 
 T = TypeVar("T")
 
@@ -107,4 +109,4 @@ def redis_client(url: str, max_connections: int) -> redis.Redis:
     pool = redis.BlockingConnectionPool.from_url(
         url, max_connections=max_connections, timeout=POOL_WAIT
     )
-    return redis.Redis.from_pool(pool)
+    return LeanRedis.from_pool(pool)

@@ -1,0 +1,155 @@
+"""The lean Redis client answers as redis-py does, and keeps its connections well."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from bulksync.retry import redis_client
+
+
+@pytest.fixture
+def names(redis_client: redis.Redis) -> Iterator[str]:
+    """A key prefix of the test's own; its keys are deleted after it."""
+    prefix = f"test-lean:{uuid.uuid4().hex}:"
+    yield prefix
+    for key in redis_client.scan_iter(f"{prefix}*"):
+        redis_client.delete(key)
+
+
+@pytest.fixture
+def lean(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis_client(redis_url, 4)
+    yield client
+    client.close()
+
+
+def fill(pipe: Any, p: str) -> list[Any]:
+    pipe.set(f"{p}a", "1")
+    pipe.set(f"{p}a", "2", nx=True)  # a None reply, from a callback of its own
+    pipe.hset(f"{p}h", mapping={"x": b"\x00\xff", "y": "z"})
+    pipe.hmget(f"{p}h", ["x", "y", "missing"])
+    pipe.mget([f"{p}a", f"{p}none"])
+    pipe.exists(f"{p}a", f"{p}none")
+    pipe.expire(f"{p}a", 60)
+    pipe.eval("return {KEYS[1], ARGV[1], 3}", 1, f"{p}k", "v")
+    pipe.rpush(f"{p}l", "e1", "e2")
+    pipe.blmpop(1, 1, f"{p}l", direction="LEFT", count=5)
+    pipe.hgetall(f"{p}h")
+    result: list[Any] = pipe.execute()
+    return result
+
+
+def test_replies_are_redis_pys(lean: redis.Redis, redis_client: redis.Redis, names: str) -> None:
+    expected = fill(redis_client.pipeline(transaction=False), f"{names}stock:")
+    got = fill(lean.pipeline(transaction=False), f"{names}lean:")
+    renamed = [
+        [x.replace(b"stock", b"lean") if isinstance(x, bytes) else x for x in r]
+        if isinstance(r, list)
+        else r
+        for r in expected
+    ]
+    assert got == renamed
+    assert lean.get(f"{names}lean:a") == b"1"
+    assert lean.hmget(f"{names}none", ["x"]) == [None]
+    assert lean.set(f"{names}lean:a", "3", nx=True) is None
+    assert lean.exists(f"{names}lean:a") == 1
+    assert lean.blmpop(0.05, 1, f"{names}empty", direction="LEFT") is None
+
+
+def test_a_transaction_still_goes_through_multi(lean: redis.Redis, names: str) -> None:
+    pipe = lean.pipeline()
+    pipe.incr(f"{names}n")
+    pipe.incr(f"{names}n")
+    assert pipe.execute() == [1, 2]
+
+
+def test_a_refused_command_of_a_pipeline(lean: redis.Redis, names: str) -> None:
+    lean.set(f"{names}s", "text")
+    pipe = lean.pipeline(transaction=False)
+    pipe.incr(f"{names}s")  # not a number
+    pipe.set(f"{names}t", "1")
+    with pytest.raises(redis.ResponseError, match=r"Command # 1 \(INCRBY .*\) of pipeline"):
+        pipe.execute()
+    assert lean.get(f"{names}t") == b"1", "the rest of the pipeline ran, and was read"
+    pipe.incr(f"{names}s")
+    pipe.get(f"{names}t")
+    refused, value = pipe.execute(raise_on_error=False)
+    assert isinstance(refused, redis.ResponseError)
+    assert value == b"1"
+    assert lean.get(f"{names}t") == b"1", "no reply left unread on the connection"
+
+
+def test_a_refused_command_leaves_its_connection_clean(lean: redis.Redis, names: str) -> None:
+    lean.set(f"{names}s", "text")
+    with pytest.raises(redis.ResponseError):
+        lean.incr(f"{names}s")
+    assert lean.get(f"{names}s") == b"text"
+    assert lean.client_id() == lean.client_id(), "the connection was kept"
+
+
+def test_a_broken_connection_is_replaced(
+    lean: redis.Redis, redis_client: redis.Redis, names: str
+) -> None:
+    lean.set(f"{names}a", "1")
+    first = lean.client_id()
+    redis_client.client_kill_filter(_id=first)
+    assert lean.get(f"{names}a") == b"1", "redis-py's path took over, and retried"
+    pipe = lean.pipeline(transaction=False)
+    pipe.get(f"{names}a")
+    redis_client.client_kill_filter(_id=lean.client_id())
+    assert pipe.execute() == [b"1"]
+    assert lean.client_id() != first
+
+
+def _child_id(url: str, client: redis.Redis, out: Any) -> None:
+    out.put(client.client_id())
+    client.close()
+
+
+def test_a_forked_process_opens_its_own_connections(lean: redis.Redis, redis_url: str) -> None:
+    parent = lean.client_id()
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_child_id, args=(redis_url, lean, out))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0
+    assert out.get(timeout=5) != parent
+    assert lean.client_id() == parent, "the parent's connection is still its own"
+
+
+def connections(observer: redis.Redis, name: str) -> int:
+    return sum(1 for c in observer.client_list() if c.get("name") == name)
+
+
+def test_idle_connections_are_kept_up_to_the_pools_size_and_closed_with_it(
+    redis_url: str, redis_client: redis.Redis, names: str
+) -> None:
+    name = f"lean-{uuid.uuid4().hex[:8]}"
+    client = redis_client_named(redis_url, name, 2)
+    barrier = threading.Barrier(4)
+
+    def wait() -> None:
+        barrier.wait()
+        client.blpop([f"{names}never"], timeout=0.3)
+
+    threads = [threading.Thread(target=wait) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert connections(redis_client, name) == 2, "two kept idle, two closed"
+    client.close()
+    assert connections(redis_client, name) == 0
+
+
+def redis_client_named(url: str, name: str, size: int) -> redis.Redis:
+    sep = "&" if "?" in url else "?"
+    return redis_client(f"{url}{sep}client_name={name}", size)
