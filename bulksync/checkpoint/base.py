@@ -269,16 +269,17 @@ def put_steps(saver: CheckpointSaver, steps: Sequence[Step]) -> list[dict[str, A
     return [put_step(saver, *step) for step in steps]
 
 
-def put_step_soon(
-    saver: CheckpointSaver, step: Step
-) -> tuple[dict[str, Any], Callable[[], None] | None]:
-    """``put_step`` of ``step``, sent now where the saver can (``PostgresSaver.put_steps_soon``)
-    and confirmed by the callable returned; None when it is confirmed already."""
+def put_steps_soon(
+    saver: CheckpointSaver, steps: Sequence[Step]
+) -> tuple[list[dict[str, Any]], Callable[[], None] | None]:
+    """``put_steps`` of ``steps``, sent now where the saver can (``PostgresSaver.
+    put_steps_soon``) and confirmed by the callable returned; None when it is confirmed
+    already."""
     soon = getattr(saver, "put_steps_soon", None)
     if soon is None:
-        return put_step(saver, *step), None
-    configs, confirm = soon([step])
-    return dict(configs[-1]), confirm
+        return put_steps(saver, steps), None
+    configs, confirm = soon(steps)
+    return [dict(c) for c in configs], confirm
 
 
 def stores_steps_together(saver: CheckpointSaver) -> bool:

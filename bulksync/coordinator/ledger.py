@@ -36,8 +36,8 @@ from bulksync.checkpoint.base import (
     config_thread,
     decoded,
     put_step,
-    put_step_soon,
     put_steps,
+    put_steps_soon,
     put_writes_batch,
     stores_steps_together,
 )
@@ -413,11 +413,13 @@ class Ledger:
         held = [(w, t, p) for t, p, w, _, _ in self._held]
         step = (self._saved_config, held, stored, self.metadata, changed)
         deferred, self._deferred = self._deferred, None
+        steps = [step] if deferred is None else [deferred, step]
         try:
-            if deferred is not None:
-                config = put_steps(self.saver, [deferred, step])[-1]
-            elif soon:
-                config, self._in_flight = put_step_soon(self.saver, step)
+            if soon:
+                configs, self._in_flight = put_steps_soon(self.saver, steps)
+                config = configs[-1]
+            elif deferred is not None:
+                config = put_steps(self.saver, steps)[-1]
             else:
                 config = put_step(self.saver, *step)
         except SerializationError:
