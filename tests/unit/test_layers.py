@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("runtime",),
     ("errors", "types", "config", "context", "constants", "callbacks"),
     ("keys", "ids", "exports", "logs", "retry", "rounds", "warnings", "managed", "collector"),
+    ("redis_lean",),
 )
 """Top to bottom: a unit imports its own layer's units or lower ones, never higher."""
 
