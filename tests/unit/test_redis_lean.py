@@ -63,11 +63,38 @@ def test_replies_are_redis_pys(lean: redis.Redis, redis_client: redis.Redis, nam
     assert lean.blmpop(0.05, 1, f"{names}empty", direction="LEFT") is None
 
 
-def test_a_transaction_still_goes_through_multi(lean: redis.Redis, names: str) -> None:
+def test_a_transaction_answers_as_redis_pys(
+    lean: redis.Redis, redis_client: redis.Redis, names: str
+) -> None:
+    def transaction(client: redis.Redis, p: str) -> list[Any]:
+        client.set(f"{p}s", "text")
+        pipe = client.pipeline()
+        pipe.incr(f"{p}n")
+        pipe.incr(f"{p}s")  # refused when EXEC runs it: the others still run
+        pipe.hset(f"{p}h", "f", "v")
+        pipe.hgetall(f"{p}h")
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+        return [type(r) if isinstance(r, Exception) else r for r in replies]
+
+    assert transaction(lean, f"{names}lean:") == transaction(redis_client, f"{names}stock:")
     pipe = lean.pipeline()
-    pipe.incr(f"{names}n")
-    pipe.incr(f"{names}n")
-    assert pipe.execute() == [1, 2]
+    pipe.incr(f"{names}lean:s")
+    with pytest.raises(redis.ResponseError, match="not an integer"):
+        pipe.execute()
+    pipe.set(f"{names}x", "1")
+    assert pipe.execute() == [True]
+
+
+def test_a_watched_transaction_goes_redis_pys_way(lean: redis.Redis, names: str) -> None:
+    with lean.pipeline() as pipe:
+        pipe.watch(f"{names}w")
+        lean.set(f"{names}w", "changed")  # another client's write, after the WATCH
+        pipe.multi()
+        pipe.set(f"{names}w", "mine")
+        with pytest.raises(redis.WatchError):
+            pipe.execute()
+    assert lean.get(f"{names}w") == b"changed"
+    assert lean.get(f"{names}w") == b"changed", "the connection that watched is clean"
 
 
 def test_a_refused_command_of_a_pipeline(lean: redis.Redis, names: str) -> None:
