@@ -38,6 +38,7 @@ from bulksync.coordinator.stream import (
 )
 from bulksync.errors import ServiceUnavailableError
 from bulksync.graph.async_methods import AsyncGraphMethods
+from bulksync.redis_lean import LeanRedis
 from bulksync.retry import is_transient_redis, retry
 from bulksync.service import events, submit
 from bulksync.service.events import RunEvent
@@ -294,7 +295,7 @@ class Client:
             ServiceUnavailableError: Redis cannot be reached (URL named).
         """
         if self._redis is None:
-            client = redis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=3)
+            client = LeanRedis.from_url(self.settings.redis_url, socket_connect_timeout=3)
             try:
                 client.ping()
             except redis.RedisError as exc:

@@ -22,6 +22,7 @@ import redis as _redis
 
 from bulksync.cache.base import BaseCache, FullKey, Namespace
 from bulksync.checkpoint.serde import MsgpackSerde
+from bulksync.redis_lean import LeanRedis
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class RedisCache(BaseCache):
                 from bulksync.settings import env_setting
 
                 url = env_setting("redis_url")
-            self._client = _redis.Redis.from_url(url, socket_connect_timeout=3)
+            self._client = LeanRedis.from_url(url, socket_connect_timeout=3)
         return self._client
 
     def get(self, keys: Sequence[FullKey]) -> dict[FullKey, Any]:

@@ -43,6 +43,7 @@ from bulksync.errors import (
     ThreadGraphError,
     UnservedGraphError,
 )
+from bulksync.redis_lean import LeanRedis
 from bulksync.service import events
 from bulksync.service.api import streaming
 from bulksync.service.events import RunEvent
@@ -152,7 +153,7 @@ def create_app(settings: Settings, registry: GraphRegistry) -> FastAPI:
         ) as saver:
             saver.setup()
             streams = aredis.Redis.from_url(settings.redis_url, socket_connect_timeout=3)
-            client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3)
+            client = LeanRedis.from_url(settings.redis_url, socket_connect_timeout=3)
             app.state.backend = Backend(
                 settings=settings,
                 registry=registry,
