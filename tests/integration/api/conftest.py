@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -133,6 +134,22 @@ def wait_served(server: ApiServer, coordinator: Process, graph_id: str) -> None:
     pytest.fail(f"the coordinator did not announce {graph_id}:\n{coordinator.output()}")
 
 
+def wait_pinged(server: ApiServer, worker: Process, hostname: str) -> None:
+    """Block until the worker ``hostname`` answers a Celery ping (it has booted)."""
+    from bulksync.workers.celery.app import make_app
+
+    app = make_app(server.settings)
+    try:
+        deadline = time.monotonic() + READY_WAIT
+        while time.monotonic() < deadline:
+            worker.check()
+            if app.control.ping(destination=[hostname], timeout=0.5):
+                return
+    finally:
+        app.close()
+    pytest.fail(f"the worker {hostname} did not answer a ping:\n{worker.output()}")
+
+
 @contextlib.contextmanager
 def private_cluster(
     tmp_path_factory: pytest.TempPathFactory,
@@ -188,11 +205,16 @@ def api_server(
     with private_cluster(tmp_path_factory, settings, database_url, "api") as server:
         port = free_port()
         server.url = f"http://127.0.0.1:{port}"
-        server.start("worker", "--graph", GRAPHS, "--pool", "threads", "--concurrency", "16")
+        hostname = f"api-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
+        worker = server.start(
+            "worker", "--graph", GRAPHS, "--pool", "threads", "--concurrency", "16",
+            "--hostname", hostname,
+        )  # fmt: skip
         coordinator = server.start("coordinator", "--graph", GRAPHS, "--loglevel", "WARNING")
         api = server.start("api", "--graph", GRAPHS, "--port", str(port), "--loglevel", "WARNING")
         wait_for_http(api, server.url)
         wait_served(server, coordinator, FANOUT)
+        wait_pinged(server, worker, hostname)
         yield server
 
 
