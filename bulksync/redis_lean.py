@@ -13,14 +13,17 @@ own methods for the wire (``_send_command_parse_response``, ``_execute_pipeline`
 ``_execute_transaction``): every call returns, and raises, what redis-py's would. A
 pipeline that ``WATCH``es, or has scripts to load, a client-side cache, and every call that
 meets a broken connection, go redis-py's own way, through its pool and its retries (the
-lean connection is closed first). The idle list keeps at most the pool's
-``max_connections``; it belongs to the process that filled it (a forked child starts its
-own, as redis-py's pool does).
+lean connection is closed first). At most the pool's ``max_connections`` lean connections
+are open at once (a call finding them all in use waits, as with redis-py's
+``BlockingConnectionPool``); they belong to the process that opened them (a forked child
+opens its own, as redis-py's pool does).
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import Any
 
 import redis
@@ -30,40 +33,89 @@ _BROKEN = (redis.ConnectionError, redis.TimeoutError)
 """A connection that raised these is closed, and the call goes redis-py's way."""
 _READ = (redis.ResponseError, redis.WatchError)
 """Raised once every reply was read: the connection is clean, and kept."""
+GIVEN_BACK = 0.05
+"""Longest sleep of a call waiting for a connection before it looks again."""
 
 
 class _Idle:
-    """One process's idle lean connections of one pool."""
+    """One process's lean connections of one pool: those idle, and how many are open.
+
+    At most the pool's ``max_connections`` are open at once: a call that finds them all in
+    use waits for one, up to the pool's ``timeout`` (a ``BlockingConnectionPool``'s), then
+    raises ``ConnectionError`` as redis-py's pool does. Taking an idle one and giving it
+    back take no lock.
+    """
 
     def __init__(self, pool: Any) -> None:
         self.pool = pool
         self.pid = os.getpid()
         self.conns: list[Any] = []
         self.most = int(getattr(pool, "max_connections", 0) or 2**31)
+        self.wait = pool.timeout if isinstance(pool, redis.BlockingConnectionPool) else 0.0
+        self.open = 0
+        self.waiting = 0
+        self.changed = threading.Condition()
 
     def take(self) -> Any:
-        """An idle connection, or a new one (connected on its first write)."""
+        """An idle connection, or a new one (connected on its first write).
+
+        Raises:
+            redis.ConnectionError: all ``max_connections`` stayed in use for the pool's
+                ``timeout`` (or at once, for a pool that does not wait).
+        """
         if self.pid != os.getpid():  # forked: the parent's sockets are not ours to use
-            self.pid, self.conns = os.getpid(), []
+            self.pid, self.conns, self.open = os.getpid(), [], 0
+            self.changed = threading.Condition()  # (a thread of the parent's may hold it)
         try:
             return self.conns.pop()
         except IndexError:
-            return self.pool.connection_class(**self.pool.connection_kwargs)
+            pass
+        deadline = None if self.wait is None else time.monotonic() + self.wait
+        with self.changed:
+            while True:
+                try:
+                    return self.conns.pop()
+                except IndexError:
+                    pass
+                if self.open < self.most:
+                    self.open += 1
+                    return self.pool.connection_class(**self.pool.connection_kwargs)
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise redis.ConnectionError(
+                        f"all {self.most} Redis connections of this client stayed in use"
+                    )
+                self.waiting += 1
+                try:  # (in slices: a connection given back unlocked may not notify)
+                    self.changed.wait(GIVEN_BACK if left is None else min(left, GIVEN_BACK))
+                finally:
+                    self.waiting -= 1
 
     def give(self, conn: Any) -> None:
-        """Keep ``conn`` for the next call (closed if enough are kept already, or if the
-        server asked for it to be replaced: redis-py's maintenance notices)."""
+        """Keep ``conn`` for the next call (closed if the server asked for it to be
+        replaced: redis-py's maintenance notices)."""
         renew = getattr(conn, "should_reconnect", None)
-        if conn.pid == self.pid and len(self.conns) < self.most and not (renew and renew()):
-            self.conns.append(conn)
-        else:
-            conn.disconnect()
+        if conn.pid != self.pid or (renew and renew()):
+            self.drop(conn)
+            return
+        self.conns.append(conn)
+        if self.waiting:
+            with self.changed:
+                self.changed.notify()
+
+    def drop(self, conn: Any) -> None:
+        """Close ``conn``: room for a new one."""
+        conn.disconnect()
+        if conn.pid == self.pid:
+            with self.changed:
+                self.open -= 1
+                self.changed.notify()
 
     def close(self) -> None:
         """Close every idle connection."""
         conns, self.conns = self.conns, []
         for conn in conns:
-            conn.disconnect()
+            self.drop(conn)
 
 
 class LeanPipeline(Pipeline):
@@ -86,14 +138,14 @@ class LeanPipeline(Pipeline):
         try:
             replies: list[Any] = send(conn, stack, raise_on_error)
         except _BROKEN:
-            conn.disconnect()  # whatever it held is gone: redis-py's path, with its retries
+            self._idle.drop(conn)  # whatever it held is gone: redis-py's path, with its retries
             return super().execute(raise_on_error)
         except _READ:
             self._idle.give(conn)
             self.reset()
             raise
         except BaseException:
-            conn.disconnect()  # replies may be left unread on it
+            self._idle.drop(conn)  # replies may be left unread on it
             self.reset()
             raise
         self._idle.give(conn)
@@ -126,13 +178,13 @@ class LeanRedis(redis.Redis):
         try:
             reply = self._send_command_parse_response(conn, args[0], *args, **options)  # type: ignore[no-untyped-call]
         except _BROKEN:
-            conn.disconnect()
+            self._idle.drop(conn)
             return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except _READ:
             self._idle.give(conn)
             raise
         except BaseException:
-            conn.disconnect()
+            self._idle.drop(conn)
             raise
         self._idle.give(conn)
         return reply

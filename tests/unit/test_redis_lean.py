@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 
+from bulksync.redis_lean import LeanRedis
 from bulksync.retry import redis_client
 
 
@@ -156,25 +158,45 @@ def connections(observer: redis.Redis, name: str) -> int:
     return sum(1 for c in observer.client_list() if c.get("name") == name)
 
 
-def test_idle_connections_are_kept_up_to_the_pools_size_and_closed_with_it(
+def test_at_most_the_pools_size_are_open_and_closed_with_it(
     redis_url: str, redis_client: redis.Redis, names: str
 ) -> None:
     name = f"lean-{uuid.uuid4().hex[:8]}"
     client = redis_client_named(redis_url, name, 2)
     barrier = threading.Barrier(4)
+    most: list[int] = []
 
     def wait() -> None:
         barrier.wait()
         client.blpop([f"{names}never"], timeout=0.3)
+        most.append(connections(redis_client, name))
 
     threads = [threading.Thread(target=wait) for _ in range(4)]
+    began = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert connections(redis_client, name) == 2, "two kept idle, two closed"
+    assert time.monotonic() - began >= 0.55, "two of the four waited for a connection"
+    assert max(most) <= 2
+    assert connections(redis_client, name) == 2
     client.close()
     assert connections(redis_client, name) == 0
+
+
+def test_a_call_finding_every_connection_busy_waits_then_fails(redis_url: str, names: str) -> None:
+    pool = redis.BlockingConnectionPool.from_url(redis_url, max_connections=1, timeout=0.2)
+    client = LeanRedis.from_pool(pool)
+    busy = threading.Thread(target=client.blpop, args=([f"{names}never"],), kwargs={"timeout": 1})
+    busy.start()
+    time.sleep(0.1)
+    began = time.monotonic()
+    with pytest.raises(redis.ConnectionError, match="all 1 Redis connections"):
+        client.get(f"{names}a")
+    assert 0.15 <= time.monotonic() - began < 0.9
+    busy.join()
+    assert client.get(f"{names}a") is None, "the connection given back serves the next call"
+    client.close()
 
 
 def redis_client_named(url: str, name: str, size: int) -> redis.Redis:
