@@ -35,7 +35,6 @@ from bulksync.checkpoint.base import (
     checkpoint_config,
     config_thread,
     decoded,
-    put_step,
     put_steps,
     put_steps_soon,
     put_writes_batch,
@@ -417,11 +416,9 @@ class Ledger:
         try:
             if soon:
                 configs, self._in_flight = put_steps_soon(self.saver, steps)
-                config = configs[-1]
-            elif deferred is not None:
-                config = put_steps(self.saver, steps)[-1]
             else:
-                config = put_step(self.saver, *step)
+                configs = put_steps(self.saver, steps)
+            config = configs[-1]
         except SerializationError:
             if not held:
                 raise
