@@ -1,4 +1,4 @@
-"""The broker transport of ``make_app``'s app: kombu's Redis transport, one client per pool."""
+"""The broker transport of ``make_app``'s app: kombu's Redis transport, one lean client per pool."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 import redis
 from kombu.transport import memory, pyamqp
 
+from bulksync.redis_lean import LeanRedis
 from bulksync.settings import Settings
 from bulksync.workers.celery import transport
 from bulksync.workers.celery.app import make_app
@@ -24,6 +25,8 @@ def test_a_channel_makes_one_client_per_connection_pool(settings: Settings, redi
         with channel.conn_or_acquire() as first, channel.conn_or_acquire() as again:
             assert first is again
             assert first.connection_pool is channel.pool
+            assert isinstance(first, LeanRedis)
+        assert not isinstance(channel.client, LeanRedis)  # the poll's own stays kombu's
         given = redis.Redis.from_url(redis_url)
         with channel.conn_or_acquire(given) as passed:
             assert passed is given  # a caller's own client is used as it is
@@ -33,6 +36,15 @@ def test_a_channel_makes_one_client_per_connection_pool(settings: Settings, redi
             assert fresh is not first
             assert fresh.connection_pool is channel.pool
             assert fresh.ping()
+
+
+def test_a_key_prefix_keeps_kombus_own_client(settings: Settings) -> None:
+    app = make_app(settings)
+    options = app.conf.broker_transport_options
+    app.conf.broker_transport_options = {**options, "global_keyprefix": "bulksync-test:"}
+    with app.connection_for_write() as conn, conn.default_channel.conn_or_acquire() as client:
+        assert not isinstance(client, LeanRedis)  # kombu's prefixing client
+        assert client.ping()
 
 
 def test_messages_are_taken_and_acknowledged_through_the_shared_client(
