@@ -194,6 +194,8 @@ class CeleryStep:
         }
 
     def _log_dispatch(self, todo: list[Task], messages: int) -> None:
+        if not log.isEnabledFor(logging.INFO):  # (its node counts and ids cost a wide step)
+            return
         nodes: dict[str, int] = defaultdict(int)
         for task in todo:
             nodes[task.name] += 1
