@@ -65,15 +65,22 @@ class RemoteStep:
     def run(
         self, desc: wire.TaskDescriptor, task_input: bytes | None, live: StepLive
     ) -> EncodedResult:
-        """Run the task ``desc`` names on its encoded input; its encoded result."""
-        task, step = self._task(desc, task_input, live)
+        """Run the task ``desc`` names on its encoded input; its encoded result (a failure
+        naming the task when its input cannot be read here: ``_unreadable``)."""
+        try:
+            task, step = self._task(desc, task_input, live)
+        except Exception as exc:
+            return _unreadable(desc, exc)
         return _encoded(run_task(self.spec, task, step, live), task.name)
 
     async def arun(
         self, desc: wire.TaskDescriptor, task_input: bytes | None, live: StepLive
     ) -> EncodedResult:
         """``run`` on an event loop (``execute.arun_task``): for async nodes."""
-        task, step = self._task(desc, task_input, live)
+        try:
+            task, step = self._task(desc, task_input, live)
+        except Exception as exc:
+            return _unreadable(desc, exc)
         return _encoded(await arun_task(self.spec, task, step, live), task.name)
 
     def _task(
@@ -87,6 +94,15 @@ class RemoteStep:
             config = {**step.config, "callbacks": relay_manager(step.trace, emit)}
             step = dataclasses.replace(step, config=config)
         return task, step
+
+
+def _unreadable(desc: wire.TaskDescriptor, error: Exception) -> EncodedResult:
+    """The result of a task whose input this process cannot read (a type whose module it
+    has not imported, bytes of a newer writer): the task fails at once with ``error``,
+    named as a node's failure is, instead of its worker being taken for lost and the task
+    delivered again until its deliveries run out."""
+    error.add_note(f"During task with name '{desc.node}' and id '{desc.id}'")
+    return _encoded(TaskResult(desc.id, error=error), desc.node)
 
 
 def _encoded(outcome: TaskResult, node: str) -> EncodedResult:

@@ -194,7 +194,13 @@ class WorkerRuntime:
         if cancelled or fields[0] is None:
             release_unused(keeper, claimed)
             return None
-        step = self._state(step_key, spec, fields[0])
+        try:
+            step = self._state(step_key, spec, fields[0])
+        except Exception as exc:  # the step's input cannot be read here: its tasks fail
+            release_unused(keeper, claimed)
+            exc.add_note(f"While reading step {step_key} for node '{descs[0].node}'")
+            self._fail(step_key, descs, exc)
+            raise  # (after the results: Celery and Flower see the message fail)
         return step, fields[1:], known, claimed, first
 
     def run_joined(self, graph_id: str, path: Sequence[str], groups: list[Any]) -> int:
@@ -316,10 +322,17 @@ class WorkerRuntime:
         )
         log.error("%s", error)
         for step_key, _, _, listed in groups:
-            for desc in self.descriptors(step_key, listed):
-                result = wire.dumps_result(TaskResult(desc.id, error=error), desc.node)
-                self.record(step_key, desc.slot, result, keep=False)
+            self._fail(step_key, self.descriptors(step_key, listed), error)
         return True
+
+    def _fail(
+        self, step_key: str, descs: Sequence[wire.TaskDescriptor], error: BaseException
+    ) -> None:
+        """Report ``error`` as the result of each of ``descs`` (not kept: a retry of the run
+        runs them again)."""
+        for desc in descs:
+            result = wire.dumps_result(TaskResult(desc.id, error=error), desc.node)
+            self.record(step_key, desc.slot, result, keep=False)
 
     def _state(self, step_key: str, spec: GraphSpec, data: bytes) -> RemoteStep:
         with self._lock:
