@@ -328,11 +328,19 @@ class WorkerRuntime:
     def _fail(
         self, step_key: str, descs: Sequence[wire.TaskDescriptor], error: BaseException
     ) -> None:
-        """Report ``error`` as the result of each of ``descs`` (not kept: a retry of the run
-        runs them again)."""
-        for desc in descs:
-            result = wire.dumps_result(TaskResult(desc.id, error=error), desc.node)
-            self.record(step_key, desc.slot, result, keep=False)
+        """Report ``error`` as the result of each of ``descs``, in one write (not kept: a
+        retry of the run runs them again)."""
+        self.recorder().write(
+            [
+                Record(
+                    step_key,
+                    d.slot,
+                    wire.dumps_result(TaskResult(d.id, error=error), d.node),
+                    False,
+                )
+                for d in descs
+            ]
+        )
 
     def _state(self, step_key: str, spec: GraphSpec, data: bytes) -> RemoteStep:
         with self._lock:

@@ -1,4 +1,4 @@
-"""kombu's Redis transport, with one lean Redis client per connection pool instead of one per call.
+"""kombu's Redis transport, with one lean Redis client per connection pool, not one per call.
 
 Outside its poll, kombu's Redis channel makes a new ``redis.Redis`` for every call it makes:
 a worker's bookkeeping of each message it takes (``QoS.append``) and of each it acknowledges
