@@ -286,10 +286,16 @@ class Ledger:
         are; the pending writes, and the writes returned, hold the decoded value.
 
         Raises:
-            SerializationError: a value the saver cannot store, naming ``node`` and the channel.
+            SerializationError: a value the saver cannot store, naming ``node`` and the channel;
+                a worker's value this process cannot decode (a type whose module only the
+                worker imported), noted with ``node`` and the task.
         """
-        with collector.paused(len(writes)):  # a node that returned thousands of Sends
-            plain = [(c, decoded(v)) for c, v in writes]
+        try:
+            with collector.paused(len(writes)):  # a node that returned thousands of Sends
+                plain = [(c, decoded(v)) for c, v in writes]
+        except SerializationError as exc:
+            exc.add_note(f"During task with name '{node}' and id '{task_id}' (its writes)")
+            raise
         self.pending.add(task_id, plain)
         if not self.durable or not self.config["configurable"].get(CHECKPOINT_ID):
             # Without a checkpoint yet (a Command input on a new thread) there is nothing to

@@ -5,7 +5,8 @@ decoded there: bulksync never imports modules named by stored data. The task the
 that ``SerializationError`` (which names the type and the fix) and a note naming the task,
 as a node's failure would, and the worker logs it. Before, the worker's claim was left to
 expire, the task was delivered again until its deliveries ran out, and the run failed with
-a ``WorkerLostError`` that blamed a dying process.
+a ``WorkerLostError`` that blamed a dying process. The other way round (a node's value of a
+type only the worker imported), the loop's process fails the run, noted with the node.
 
 The worker is a real ``bulksync worker`` subprocess serving a module written to a temporary
 directory; the types module sits beside it, imported by this process only.
@@ -50,6 +51,7 @@ class Payload:
 GRAPH_MODULE = '''
 """Graphs whose tasks carry a value of a type this worker never imports."""
 
+import importlib
 import operator
 from typing import Annotated, Any, TypedDict
 
@@ -87,6 +89,12 @@ def greet(state: State, runtime: Any) -> dict:
     return {"out": [repr(runtime.context)]}
 
 
+def make(state: State) -> dict:
+    # Imported here, on the worker only: the process that runs the loop never imports it.
+    made = importlib.import_module(__name__ + "_made")
+    return {"item": made.Made(3)}
+
+
 def fanning(node: Any) -> Any:
     builder = StateGraph(State)
     builder.add_node("work", node)
@@ -109,9 +117,24 @@ builder.add_node("greet", greet)
 builder.add_edge(START, "greet")
 builder.add_edge("greet", END)
 with_context = builder.compile()
+
+builder = StateGraph(State)
+builder.add_node("make", make)
+builder.add_edge(START, "make")
+builder.add_edge("make", END)
+makes = builder.compile()
 '''
 
-GRAPHS = ("sends", "async_sends", "reads", "with_context")
+MADE_MODULE = """
+import dataclasses
+
+
+@dataclasses.dataclass
+class Made:
+    n: int
+"""
+
+GRAPHS = ("sends", "async_sends", "reads", "with_context", "makes")
 
 
 @dataclasses.dataclass
@@ -126,6 +149,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> Itera
     name = write_graph_module(directory, GRAPH_MODULE)
     types_name = f"{name}_types"
     (directory / f"{types_name}.py").write_text(TYPES_MODULE)
+    (directory / f"{name}_made.py").write_text(MADE_MODULE)  # imported by the worker only
     sys.path.insert(0, str(directory))
     module = importlib.import_module(name)
     types = importlib.import_module(types_name)  # here only: the graph module never imports it
@@ -184,6 +208,21 @@ def test_a_value_the_worker_cannot_read_fails_its_task_at_once(
     assert f"'{node}'" in "\n".join(getattr(info.value, "__notes__", [])), carried_by
     # The worker says so in its log too, where operators look.
     assert "is not imported in this process" in worker.output()[logged:], carried_by
+
+
+def test_a_value_only_the_worker_can_read_fails_the_run_naming_its_node(fleet: Fleet) -> None:
+    """The other way round: a node returns a value of a type only the worker imported. The
+    loop's process cannot read the task's writes; the run fails with the same error, noted
+    with the node that wrote them."""
+    worker = fleet.worker
+    graph = worker.module.makes
+    with (
+        CeleryExecutor(worker.settings, f"{worker.module.__name__}:makes", graph) as executor,
+        pytest.raises(SerializationError, match="is not imported in this process") as info,
+    ):
+        graph.with_executor(executor).invoke({"item": 1})
+    assert "_made:Made" in str(info.value)
+    assert "During task with name 'make'" in "\n".join(getattr(info.value, "__notes__", []))
 
 
 def test_the_same_values_run_where_the_type_is_known(fleet: Fleet) -> None:
