@@ -18,6 +18,7 @@ import dataclasses
 import importlib
 import os
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -38,6 +39,9 @@ from tests.integration.test_worker_process import (
 )
 
 pytestmark = pytest.mark.integration
+
+WAIT = 30.0
+"""Longest a test waits for the worker's log line (a liveness bound, not a measure)."""
 
 TYPES_MODULE = """
 import dataclasses
@@ -207,7 +211,18 @@ def test_a_value_the_worker_cannot_read_fails_its_task_at_once(
     assert "Payload" in str(info.value), carried_by
     assert f"'{node}'" in "\n".join(getattr(info.value, "__notes__", [])), carried_by
     # The worker says so in its log too, where operators look.
-    assert "is not imported in this process" in worker.output()[logged:], carried_by
+    assert logs(worker, logged, "is not imported in this process"), carried_by
+
+
+def logs(worker: WorkerProcess, start: int, text: str) -> bool:
+    """Whether the worker's log has ``text`` past offset ``start``. A worker logs a failure
+    after reporting it, so this looks again for up to ``WAIT`` s (a liveness bound)."""
+    deadline = time.monotonic() + WAIT
+    while text not in worker.output()[start:]:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def test_a_value_only_the_worker_can_read_fails_the_run_naming_its_node(fleet: Fleet) -> None:
