@@ -11,7 +11,6 @@ import contextlib
 import dataclasses
 import importlib
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from tests.integration.test_worker_process import (
     start_worker,
     stop,
     wait_ready,
+    worker_env,
     write_graph_module,
 )
 
@@ -146,16 +146,9 @@ def fleet(
     sys.path.insert(0, str(directory))
     module = importlib.import_module(name)
     queue = f"bulksync-test-ops-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(directory), os.environ.get("PYTHONPATH", "")]),
-        "BULKSYNC_QUEUE": queue,
-        "BULKSYNC_BROKER_URL": settings.broker_url,
-        "BULKSYNC_REDIS_URL": settings.redis_url,
-        # A task's events are held this long, to be sent together: far longer than the
-        # task, so that its events share a message on a slow machine too.
-        "BULKSYNC_EVENTS_HOLD": "1",
-    }
+    # A task's events are held this long, to be sent together: far longer than the task,
+    # so that its events share a message on a slow machine too.
+    env = worker_env(directory, settings, queue, BULKSYNC_EVENTS_HOLD="1")
     fleet_settings = dataclasses.replace(settings, queue=queue)
     workers: list[WorkerProcess] = []
     app = make_app(fleet_settings)

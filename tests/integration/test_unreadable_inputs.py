@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import os
 import sys
 import time
 import uuid
@@ -35,6 +34,7 @@ from tests.integration.test_worker_process import (
     start_worker,
     stop,
     wait_ready,
+    worker_env,
     write_graph_module,
 )
 
@@ -158,13 +158,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, settings: Settings) -> Itera
     module = importlib.import_module(name)
     types = importlib.import_module(types_name)  # here only: the graph module never imports it
     queue = f"bulksync-test-unreadable-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(directory), os.environ.get("PYTHONPATH", "")]),
-        "BULKSYNC_QUEUE": queue,
-        "BULKSYNC_BROKER_URL": settings.broker_url,
-        "BULKSYNC_REDIS_URL": settings.redis_url,
-    }
+    env = worker_env(directory, settings, queue)
     settings = dataclasses.replace(settings, queue=queue)
     worker = start_worker(directory, module, settings, env, f"{queue}@localhost", GRAPHS)
     try:

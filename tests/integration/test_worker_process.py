@@ -115,6 +115,19 @@ def write_graph_module(directory: Path, source: str) -> str:
     return name
 
 
+def worker_env(directory: Path, settings: Settings, queue: str, **extra: str) -> dict[str, str]:
+    """The environment of a worker serving ``queue`` with the graph modules in
+    ``directory`` importable, on ``settings``' services (and ``extra`` variables)."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(directory), os.environ.get("PYTHONPATH", "")]),
+        "BULKSYNC_QUEUE": queue,
+        "BULKSYNC_BROKER_URL": settings.broker_url,
+        "BULKSYNC_REDIS_URL": settings.redis_url,
+        **extra,
+    }
+
+
 def start_worker(
     directory: Path,
     module: Any,
@@ -176,13 +189,7 @@ def worker(
     module = importlib.import_module(name)
     queue = f"bulksync-test-proc-{uuid.uuid4().hex[:8]}"
     hostname = f"{queue}@localhost"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(directory), os.environ.get("PYTHONPATH", "")]),
-        "BULKSYNC_QUEUE": queue,
-        "BULKSYNC_BROKER_URL": settings.broker_url,
-        "BULKSYNC_REDIS_URL": settings.redis_url,
-    }
+    env = worker_env(directory, settings, queue)
     settings = dataclasses.replace(settings, queue=queue)
     running = start_worker(directory, module, settings, env, hostname, ("graph", "squares"))
     try:
