@@ -173,6 +173,10 @@ MIGRATIONS: tuple[str, ...] = (
                 DETAIL = coalesce(moved.token::text, 'none');
         END IF;
     END $$""",
+    # 12: the runs a claim just took, found again by the statements after it in its
+    # transaction (runs_sql.CLAIMED) without reading every run the coordinator drives.
+    """CREATE INDEX bulksync_runs_claimed ON bulksync_runs (owner, updated_at)
+        WHERE status = 'running'""",
 )
 """Schema steps, applied in order; append new ones, never edit or reorder (see above)."""
 

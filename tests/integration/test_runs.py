@@ -14,6 +14,7 @@ from bulksync.constants import NULL_TASK_ID, START
 from bulksync.errors import TaskCancelledError, ThreadBusyError, ThreadGraphError
 from bulksync.graph import StateGraph
 from bulksync.service import events, runs
+from bulksync.service import runs_sql as sql
 from bulksync.service.runs import Run, RunStore
 from bulksync.types import Command, Interrupt
 from bulksync.workers import wire
@@ -268,6 +269,29 @@ def test_a_claim_with_a_lease_ttl_starts_its_writer_runs(store: RunStore, pg_sch
             (later, (1, None, 0))
         ]
         assert saver.acquire_lease("a", "other", 30) == 2
+
+
+def test_a_claim_finds_its_runs_again_without_reading_every_running_run(
+    store: RunStore,
+) -> None:
+    # A coordinator driving a thousand runs: the statements after a claim's update look up
+    # the runs it took (by owner and the transaction's time), as plain reads of them.
+    with store.pool.connection() as conn:
+        conn.execute(
+            """INSERT INTO bulksync_runs (run_id, thread_id, graph_id, kind, payload, status,
+                owner, heartbeat_at, updated_at)
+            SELECT 'r' || i, 't' || i, 'g:graph', 'invoke', '', 'running', 'me', now(),
+                now() - interval '1 minute' FROM generate_series(1, 1000) AS i"""
+        )
+        conn.execute("ANALYZE bulksync_runs")
+    submit(store, "new")
+    args = {"owner": "me", "limit": 10, "graphs": GRAPHS, "ttl": 30.0, "input": NULL_TASK_ID}
+    with store.pool.connection() as conn, conn.transaction():
+        assert len(conn.execute(sql.CLAIM_SQL, args).fetchall()) == 1
+        for statement in (sql.LEASE_CLAIMED_SQL, sql.STARTED_CLAIMED_SQL):
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + statement, args))
+            assert "bulksync_runs_claimed" in plan, plan
+            assert "bulksync_runs_running" not in plan, plan
 
 
 def test_start_records_no_head_without_the_lease(store: RunStore, pg_schema: str) -> None:
