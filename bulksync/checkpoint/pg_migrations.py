@@ -218,8 +218,8 @@ def apply_migrations(conn: Connection[Any], migrations: Sequence[str] = MIGRATIO
 
 ROW_COLUMNS = "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata"
 # The inserts of a checkpoint commit, each as the INSERT before its rows, one row's
-# placeholders, and what a conflict does: ``pg_commits.py`` sends the rows of a commit, of
-# every table, in one statement.
+# placeholders, and what a conflict does: ``pg_commits.py`` sends a step's rows of every
+# table in one statement.
 PUT_BLOBS = (
     "INSERT INTO bulksync_checkpoint_blobs (thread_id, checkpoint_ns, channel, version, blob)",
     "(%s, %s, %s, %s, %s)",
