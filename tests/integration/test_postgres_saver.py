@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from bulksync.checkpoint import pg_commits, pg_flight
+from bulksync.checkpoint import pg_flight
 from bulksync.checkpoint import postgres as postgres_module
 from bulksync.checkpoint.base import Checkpoint
 from bulksync.checkpoint.pg_migrations import FENCE_SQL, MIGRATIONS, apply_migrations
@@ -250,25 +250,6 @@ def test_a_slot_written_twice_in_one_batch_keeps_what_one_call_each_would(
     assert found is not None
     got = sorted((t, ch, v) for t, ch, v in found.pending_writes if t == "t-a")
     assert got == [("t-a", ERROR, "two"), ("t-a", "x", "first")]
-
-
-@pytest.mark.parametrize("per_statement", [2, pg_commits.ROWS_PER_STATEMENT])
-def test_a_commit_of_many_rows_stores_them_all(
-    saver: PostgresSaver, monkeypatch: pytest.MonkeyPatch, per_statement: int
-) -> None:
-    monkeypatch.setattr(pg_commits, "ROWS_PER_STATEMENT", per_statement)
-    config = put_steps(saver, 1)
-    # Special writes are never packed: a row each, more than a statement holds.
-    batch = [([(ERROR, n)], f"t-{n:03}", "p") for n in range(300)]
-    values = {f"c{n}": n for n in range(5)}
-    ckpt = checkpoint(1, values, dict.fromkeys(values, 2))
-    child = saver.put_step(config, batch, ckpt, {"step": 1}, dict.fromkeys(values, 2))
-    parent = saver.get_tuple(config)
-    assert parent is not None
-    assert sorted(parent.pending_writes)[::299] == [("t-000", ERROR, 0), ("t-299", ERROR, 299)]
-    assert len(parent.pending_writes) == 301  # and put_steps' own write
-    head = saver.get_tuple(child)
-    assert head is not None and head.checkpoint.channel_values == values
 
 
 def test_a_batch_with_a_value_it_cannot_store_stores_none(saver: PostgresSaver) -> None:
