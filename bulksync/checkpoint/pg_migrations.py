@@ -217,21 +217,31 @@ def apply_migrations(conn: Connection[Any], migrations: Sequence[str] = MIGRATIO
 # Statements PostgresSaver runs, next to the tables they touch.
 
 ROW_COLUMNS = "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata"
-PUT_BLOB_SQL = """INSERT INTO bulksync_checkpoint_blobs
-    (thread_id, checkpoint_ns, channel, version, blob) VALUES (%s, %s, %s, %s, %s)
-    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET blob = EXCLUDED.blob"""
-PUT_CHECKPOINT_SQL = f"""INSERT INTO bulksync_checkpoints ({ROW_COLUMNS})
-    VALUES (%s, %s, %s, %s, %s, %s::jsonb)
-    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+# The inserts of a checkpoint commit, each as the INSERT before its rows, one row's
+# placeholders, and what a conflict does: ``pg_commits.py`` sends the rows of a commit, of
+# every table, in one statement.
+PUT_BLOBS = (
+    "INSERT INTO bulksync_checkpoint_blobs (thread_id, checkpoint_ns, channel, version, blob)",
+    "(%s, %s, %s, %s, %s)",
+    "ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET blob = EXCLUDED.blob",
+)
+PUT_CHECKPOINTS = (
+    f"INSERT INTO bulksync_checkpoints ({ROW_COLUMNS})",
+    "(%s, %s, %s, %s, %s, %s::jsonb)",
+    """ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
     parent_checkpoint_id = EXCLUDED.parent_checkpoint_id,
-    checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata"""
-_PUT_WRITE_SQL = """INSERT INTO bulksync_checkpoint_writes
-    (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, blob, task_path)
-    VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
-    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO """
-KEEP_FIRST_SQL = _PUT_WRITE_SQL + "NOTHING"
-KEEP_LAST_SQL = _PUT_WRITE_SQL + (
-    "UPDATE SET channel = EXCLUDED.channel, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path"
+    checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata""",
+)
+_PUT_WRITES = """INSERT INTO bulksync_checkpoint_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, blob, task_path)"""
+_WRITE_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s)"
+_ON_WRITE = "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO "
+KEEP_FIRST = (_PUT_WRITES, _WRITE_ROW, _ON_WRITE + "NOTHING")
+KEEP_LAST = (
+    _PUT_WRITES,
+    _WRITE_ROW,
+    _ON_WRITE
+    + "UPDATE SET channel = EXCLUDED.channel, blob = EXCLUDED.blob, task_path = EXCLUDED.task_path",
 )
 # A channel's value at a version and, while it is a delta (bulksync.checkpoint.appends: 0xC1,
 # then its base version in 8 big-endian bytes), the versions it extends, down to a whole value.

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from psycopg_pool import ConnectionPool
 
-from bulksync.checkpoint import pg_flight
+from bulksync.checkpoint import pg_commits, pg_flight
 from bulksync.checkpoint import postgres as postgres_module
 from bulksync.checkpoint.base import Checkpoint
 from bulksync.checkpoint.pg_migrations import FENCE_SQL, MIGRATIONS, apply_migrations
@@ -252,6 +252,25 @@ def test_a_slot_written_twice_in_one_batch_keeps_what_one_call_each_would(
     assert got == [("t-a", ERROR, "two"), ("t-a", "x", "first")]
 
 
+@pytest.mark.parametrize("per_statement", [2, pg_commits.ROWS_PER_STATEMENT])
+def test_a_commit_of_many_rows_stores_them_all(
+    saver: PostgresSaver, monkeypatch: pytest.MonkeyPatch, per_statement: int
+) -> None:
+    monkeypatch.setattr(pg_commits, "ROWS_PER_STATEMENT", per_statement)
+    config = put_steps(saver, 1)
+    # Special writes are never packed: a row each, more than a statement holds.
+    batch = [([(ERROR, n)], f"t-{n:03}", "p") for n in range(300)]
+    values = {f"c{n}": n for n in range(5)}
+    ckpt = checkpoint(1, values, dict.fromkeys(values, 2))
+    child = saver.put_step(config, batch, ckpt, {"step": 1}, dict.fromkeys(values, 2))
+    parent = saver.get_tuple(config)
+    assert parent is not None
+    assert sorted(parent.pending_writes)[::299] == [("t-000", ERROR, 0), ("t-299", ERROR, 299)]
+    assert len(parent.pending_writes) == 301  # and put_steps' own write
+    head = saver.get_tuple(child)
+    assert head is not None and head.checkpoint.channel_values == values
+
+
 def test_a_batch_with_a_value_it_cannot_store_stores_none(saver: PostgresSaver) -> None:
     config = put_steps(saver, 1)
     batch = [([("x", 1)], "t-ok", ""), ([("x", threading.Lock())], "t-bad", "")]
@@ -297,6 +316,27 @@ def test_a_step_a_stale_coordinator_commits_stores_neither_part(saver: PostgresS
             config, [([("a", "x")], "t-x", "")], checkpoint(1, {"a": 1}, {"a": 2}), {}, {"a": 2}
         )
     assert counts(saver) == before
+
+
+def test_a_commit_refused_at_its_fence_leaves_its_connection_usable(pg_schema: str) -> None:
+    # One connection, so the refused commit's connection is the next commit's. A statement
+    # prepared by psycopg on its sixth run, in a pipeline the fence aborted, was taken as
+    # prepared though the server never saw it: the next run of it failed.
+    with PostgresSaver.from_conn_string(pg_schema, max_size=1) as pg_saver:
+        pg_saver.setup()
+        stale = pg_saver.fenced("t1", pg_saver.acquire_lease("t1", "a", 30) or 0)
+        config = stale.put(thread(), checkpoint(0, {"a": 0}, {"a": 1}), {}, {"a": 1})
+        for step in range(1, 6):
+            config = stale.put_step(*a_step(config, step))
+        expire(pg_saver, "t1")
+        current = pg_saver.fenced("t1", pg_saver.acquire_lease("t1", "b", 30) or 0)
+        with pytest.raises(LeaseLostError, match="another coordinator took it over"):
+            stale.put_step(*a_step(config, 6))
+        for step in range(6, 9):
+            config = current.put_step(*a_step(config, step))
+        head = pg_saver.get_tuple(thread())
+        assert head is not None and head.config == config
+        assert head.checkpoint.channel_values == {"a": 8}
 
 
 # --- commits sent now, confirmed later (pg_flight.py) ------------------------------------
