@@ -17,6 +17,11 @@ lean connection is closed first). At most the pool's ``max_connections`` lean co
 are open at once (a call finding them all in use waits, as with redis-py's
 ``BlockingConnectionPool``); they belong to the process that opened them (a forked child
 opens its own, as redis-py's pool does).
+
+A lean connection packs a command whose name is one word straight with hiredis
+(:class:`_Packer`): redis-py looks at and copies every command's arguments first, which
+took 24 µs of a four-command pipeline against 7 for hiredis alone. Anything else (a name of
+two words, a ``bytearray``, a value hiredis refuses) goes redis-py's way, with its errors.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ import threading
 import time
 from typing import Any
 
+import hiredis
 import redis
+import redis.connection
 from redis.client import Pipeline
 
 _BROKEN = (redis.ConnectionError, redis.TimeoutError)
@@ -79,7 +86,7 @@ class _Idle:
                     pass
                 if self.open < self.most:
                     self.open += 1
-                    return self.pool.connection_class(**self.pool.connection_kwargs)
+                    return _lean(self.pool.connection_class(**self.pool.connection_kwargs))
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     raise redis.ConnectionError(
@@ -116,6 +123,36 @@ class _Idle:
         conns, self.conns = self.conns, []
         for conn in conns:
             self.drop(conn)
+
+
+class _Packer:
+    """Packs a command whose name is one word with hiredis; any other, redis-py's way."""
+
+    def __init__(self, redis_pys: Any) -> None:
+        self.redis_pys = redis_pys
+
+    def pack(self, *args: Any) -> list[bytes]:
+        name = args[0]
+        if isinstance(name, str) and " " not in name:
+            try:
+                return [hiredis.pack_command(args)]
+            except TypeError:  # (redis-py's way raises its DataError, or copes)
+                pass
+        packed: list[bytes] = self.redis_pys.pack(*args)
+        return packed
+
+
+_HIREDIS_PACKER = getattr(redis.connection, "HiredisRespSerializer", None)
+"""redis-py's packer when it packs with hiredis (it has its own Python one too)."""
+
+
+def _lean(conn: Any) -> Any:
+    """``conn``, packing its commands with :class:`_Packer` when redis-py packs them with
+    hiredis."""
+    packer = getattr(conn, "_command_packer", None)
+    if _HIREDIS_PACKER is not None and isinstance(packer, _HIREDIS_PACKER):
+        conn._command_packer = _Packer(packer)
+    return conn
 
 
 class LeanPipeline(Pipeline):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import re
 import threading
 import time
 import uuid
@@ -63,6 +64,24 @@ def test_replies_are_redis_pys(lean: redis.Redis, redis_client: redis.Redis, nam
     assert lean.set(f"{names}lean:a", "3", nx=True) is None
     assert lean.exists(f"{names}lean:a") == 1
     assert lean.blmpop(0.05, 1, f"{names}empty", direction="LEFT") is None
+
+
+def test_commands_hiredis_does_not_pack_go_redis_pys_way(
+    lean: redis.Redis, redis_client: redis.Redis, names: str
+) -> None:
+    lean.set(f"{names}b", bytearray(b"\x00\x01"))  # redis-py copies it to bytes first
+    assert lean.get(f"{names}b") == b"\x00\x01"
+    lean.set(f"{names}m", memoryview(b"\x02"))
+    assert lean.get(f"{names}m") == b"\x02"
+    # A name of two words, split by redis-py.
+    assert lean.execute_command("CLIENT SETNAME", "lean") == redis_client.execute_command(
+        "CLIENT SETNAME", "stock"
+    )
+    with pytest.raises(redis.DataError) as stock:
+        redis_client.set(f"{names}n", None)  # type: ignore[arg-type]
+    with pytest.raises(redis.DataError, match=re.escape(str(stock.value))):
+        lean.set(f"{names}n", None)  # type: ignore[arg-type]
+    assert lean.set(f"{names}n", 1.5) and lean.get(f"{names}n") == b"1.5"
 
 
 def test_a_transaction_answers_as_redis_pys(
