@@ -10,10 +10,10 @@ checkpoint —, each table's as one multi-row ``INSERT`` in a ``WITH`` clause of
 statement per row cost the caller and Postgres a quarter more CPU per commit (a step of two
 writes, three values and a checkpoint: 620 µs of the caller's and 450 of Postgres's, against
 460 and 350). A statement per step rather than per transaction keeps the statements' shapes
-few (a graph's steps repeat theirs), so psycopg prepares them: one shape per group commit
-was parsed and planned anew each time. A row an update may meet twice in one statement is
-sent once, the last one, as a statement per row would have left it. Many rows (a wide
-fan-out's writes) go ``ROWS_PER_STATEMENT`` at a time.
+few (a graph's steps repeat theirs), so their prepared statements serve again: one shape
+per group commit was parsed and planned anew each time. A row an update may meet twice in
+one statement is sent once, the last one, as a statement per row would have left it. Many
+rows (a wide fan-out's writes) go ``ROWS_PER_STATEMENT`` at a time.
 
 They are prepared on their first run (``prepare=True``), not after psycopg's five: psycopg
 then takes a statement as prepared without reading the answer to its ``Parse``, which a
