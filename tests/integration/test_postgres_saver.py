@@ -339,6 +339,26 @@ def test_a_commit_refused_at_its_fence_leaves_its_connection_usable(pg_schema: s
         assert head.checkpoint.channel_values == {"a": 8}
 
 
+def test_more_statement_shapes_than_a_connection_keeps_prepared_all_commit(
+    pg_schema: str,
+) -> None:
+    # Each step stores another number of channel values: a statement of its own shape, each
+    # prepared on one connection. psycopg keeps 100 and deallocates the oldest, here in the
+    # commits' pipelines; the first shapes come back after being deallocated.
+    with PostgresSaver.from_conn_string(pg_schema, max_size=1) as pg_saver:
+        pg_saver.setup()
+        config = thread()
+        for step, width in enumerate([*range(1, 131), *range(1, 11)]):
+            values = {f"c{n}": step for n in range(width)}
+            ckpt = checkpoint(step, values, dict.fromkeys(values, step + 1))
+            config = pg_saver.put_step(
+                config, [], ckpt, {"step": step}, dict.fromkeys(values, step + 1)
+            )
+        head = pg_saver.get_tuple(thread())
+        assert head is not None and head.config == config
+        assert head.checkpoint.channel_values == {f"c{n}": 139 for n in range(10)}
+
+
 # --- commits sent now, confirmed later (pg_flight.py) ------------------------------------
 
 
