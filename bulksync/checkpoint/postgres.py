@@ -7,9 +7,7 @@ in ``new_versions`` (a (channel, version) put again is replaced: forks reuse ver
 writes keep the first value (``ON CONFLICT DO NOTHING``), special writes the last (upsert).
 Many regular writes stored by one call share a few rows (``pg_packed.py``). ``list``
 reads a page of checkpoints, then the page's blobs and writes in one pipelined round trip,
-never one query per checkpoint. The blobs read include, for a list stored as deltas
-(``appends.py``), the versions down to its last whole value: a linear thread's chains cost no
-further query.
+never one query per checkpoint (``pg_reads.py``).
 
 Each call borrows a pooled connection. A write sends all its statements as one pipeline
 segment, which Postgres runs as one transaction (committed at the segment's Sync on an
@@ -78,7 +76,6 @@ from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 
 from bulksync.checkpoint import pg_migrations as pgm
-from bulksync.checkpoint.appends import Chains, Stored
 from bulksync.checkpoint.async_methods import AsyncSaverMethods
 from bulksync.checkpoint.base import (
     Checkpoint,
@@ -92,18 +89,17 @@ from bulksync.checkpoint.base import (
     keyset_pages,
     list_where,
     write_rows,
-    writes_sort_key,
 )
 from bulksync.checkpoint.pg_commits import Commit, Queued, queue_commits, queue_writes
 from bulksync.checkpoint.pg_flight import commit_soon
 from bulksync.checkpoint.pg_migrations import MIGRATIONS, apply_migrations
-from bulksync.checkpoint.pg_packed import Write, packed, unpacked
+from bulksync.checkpoint.pg_packed import packed
 from bulksync.checkpoint.pg_pool import RETRY_WINDOW, is_transient_postgres, open_pool
+from bulksync.checkpoint.pg_reads import read_page, reading
 from bulksync.checkpoint.serde import (
     MsgpackSerde,
     dumps_checkpoint,
     dumps_metadata,
-    loads_checkpoint,
 )
 from bulksync.errors import (
     ConfigError,
@@ -126,9 +122,6 @@ __all__ = [
 
 PAGE_SIZE = 100
 """Checkpoints ``list`` reads per round of queries."""
-
-_Row = tuple[str, str, str, str | None, bytes, dict[str, Any]]
-
 
 _TOGETHER = 32
 """At most this many threads' commits share one transaction."""
@@ -491,38 +484,10 @@ class PostgresSaver(AsyncSaverMethods):
 
     def _read_page(self, sql: str, params: Sequence[Any]) -> builtins.list[CheckpointTuple]:
         """Checkpoints selected by ``sql`` (``pgm.ROW_COLUMNS``), with their blobs and writes."""
-        return self._retry(lambda: self._read_page_once(sql, params), "reading checkpoints")
-
-    def _read_page_once(self, sql: str, params: Sequence[Any]) -> builtins.list[CheckpointTuple]:
-        with self._connection() as conn:
-            rows: builtins.list[_Row] = _reading(conn).execute(sql, params).fetchall()
-            if not rows:
-                return []
-            # Versions are inside the record, so records are decoded here to find the blobs.
-            checkpoints = [loads_checkpoint(self.serde, row[4]) for row in rows]
-            blob_keys = sorted(
-                {
-                    (row[0], row[1], ch, version)
-                    for row, ckpt in zip(rows, checkpoints, strict=True)
-                    for ch, version in ckpt.channel_versions.items()
-                }
-            )
-            write_keys = [(i, row[0], row[1], row[2]) for i, row in enumerate(rows)]
-            with conn.pipeline():
-                blob_cur = _reading(conn).execute(pgm.BLOBS_SQL, _columns(blob_keys, 4))
-                write_cur = _reading(conn).execute(pgm.WRITES_SQL, _columns(write_keys, 4))
-            found_blobs, found_writes = blob_cur.fetchall(), write_cur.fetchall()
-        stored: Stored = {}
-        for thread_id, ns, channel, version, blob in found_blobs:
-            stored.setdefault((thread_id, ns, channel), {})[version] = blob
-        writes: builtins.list[builtins.list[Write]] = [[] for _ in rows]
-        for i, *write in found_writes:
-            writes[i].append((write[0], write[1], write[2], write[3], write[4]))
-        chains = Chains(self.serde, self._versions, stored)
-        return [
-            self._decode(row, ckpt, writes[i], chains)
-            for i, (row, ckpt) in enumerate(zip(rows, checkpoints, strict=True))
-        ]
+        return self._retry(
+            lambda: read_page(self._connection, self.serde, self._versions, sql, params),
+            "reading checkpoints",
+        )
 
     def _versions(
         self, thread_id: str, ns: str, channel: str, version: int
@@ -533,37 +498,9 @@ class PostgresSaver(AsyncSaverMethods):
 
         def read() -> dict[int, bytes | None]:
             with self._connection() as conn:
-                return dict(_reading(conn).execute(pgm.CHAIN_SQL, args).fetchall())
+                return dict(reading(conn).execute(pgm.CHAIN_SQL, args).fetchall())
 
         return self._retry(read, f"reading the versions of channel {channel!r}")
-
-    def _decode(
-        self,
-        row: _Row,
-        checkpoint: Checkpoint,
-        writes: builtins.list[Write],
-        chains: Chains,
-    ) -> CheckpointTuple:
-        """The tuple of one checkpoint read; channels whose row holds no value are empty."""
-        thread_id, ns, checkpoint_id, parent_id, _, metadata = row
-        values = {}
-        for ch, version in checkpoint.channel_versions.items():
-            blob = chains.stored(thread_id, ns, ch, version)
-            if blob is not None:
-                values[ch] = chains.value(thread_id, ns, ch, version, blob)
-        writes = unpacked(writes)
-        writes.sort(key=lambda w: writes_sort_key(w[4], w[0], w[1]))
-        return CheckpointTuple(
-            config=checkpoint_config(thread_id, ns, checkpoint_id),
-            checkpoint=dataclasses.replace(checkpoint, channel_values=values),
-            metadata=metadata,
-            parent_config=(
-                checkpoint_config(thread_id, ns, parent_id) if parent_id is not None else None
-            ),
-            pending_writes=tuple(
-                (task_id, ch, self.serde.loads(b)) for task_id, _, ch, b, _ in writes
-            ),
-        )
 
 
 def _lease_lost(thread_id: str, token: int, current: str | None) -> LeaseLostError:
@@ -601,15 +538,3 @@ def _seconds(ttl: float) -> float:
     if not (isinstance(ttl, int | float) and math.isfinite(ttl) and ttl > 0):
         raise ConfigError(f"A lease ttl must be a positive number of seconds, got {ttl!r}.")
     return float(ttl)
-
-
-def _columns(keys: Sequence[tuple[Any, ...]], width: int) -> builtins.list[builtins.list[Any]]:
-    """Rows of keys as ``width`` column arrays, for ``unnest``."""
-    return [list(column) for column in zip(*keys, strict=True)] if keys else [[]] * width
-
-
-def _reading(conn: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
-    """A cursor for reading stored checkpoints: tuples, in Postgres's binary format, so that
-    a ``bytea`` comes as its bytes rather than as hex text of twice their size (a long
-    thread's chain of deltas is tens of kilobytes a read)."""
-    return conn.cursor(row_factory=tuple_row, binary=True)
